@@ -1,0 +1,37 @@
+"""The error hierarchy. Every user-facing failure is a SymgraphError.
+
+Messages name the node, the op and what was expected, so that the CLI can
+print one line and the user knows what to fix.
+"""
+
+
+class SymgraphError(Exception):
+    """Base class of every error symgraph raises on bad input."""
+
+
+class GraphError(SymgraphError):
+    """The graph is malformed: a cycle, a dangling input, a duplicate name."""
+
+
+class OpError(SymgraphError):
+    """An unknown op, or an attribute an op does not accept."""
+
+
+class ShapeError(SymgraphError):
+    """Shapes or dtypes that do not fit an op, or that cannot be inferred."""
+
+
+class SerializationError(SymgraphError):
+    """A JSON file that is malformed or not in MXNet's symbol schema."""
+
+
+class BindError(SymgraphError):
+    """Binding or running an executor with missing or wrong arrays."""
+
+
+class ContextError(SymgraphError):
+    """A device context that does not exist on this machine."""
+
+
+class PlanError(SymgraphError):
+    """A memory plan that cannot be made or that failed verification."""

@@ -1,0 +1,226 @@
+"""The Executor: a bound symbol with its arrays, run as XLA programs.
+
+Training is split at the tensors the backward reads: ``forward(is_train=
+True)`` runs one program that returns the outputs plus those saved tensors;
+``backward()`` runs a second program that starts from them (MXNet keeps
+them between the two calls the same way). Inference is a third program.
+Each is jitted once per shapes.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .context import Context, current_context
+from .errors import BindError
+from .graph import Entry, Graph
+from .lower import entry_key, lower
+from .ndarray import NDArray
+from .passes.gradient import HEAD_GRAD_SUFFIX, build_gradient
+from .passes.infer import infer_shapes
+
+GRAD_REQS = ("write", "add", "null")
+
+
+def _to_dict(values, names: list[str], what: str) -> dict:
+    if values is None:
+        return {}
+    if isinstance(values, dict):
+        extra = set(values) - set(names)
+        if extra:
+            raise BindError(f"{what}: {', '.join(sorted(extra))} not in the symbol's "
+                            f"{what} ({', '.join(names)})")
+        return dict(values)
+    values = list(values)
+    if len(values) != len(names):
+        raise BindError(f"{what}: {len(values)} arrays given for {len(names)} names "
+                        f"({', '.join(names)})")
+    return dict(zip(names, values))
+
+
+class Executor:
+    def __init__(self, symbol, ctx: Context | None, args, args_grad=None, grad_req="write",
+                 aux_states=None, seed: int = 0):
+        self._symbol = symbol
+        self._ctx = ctx or current_context()
+        self._device = self._ctx.jax_device
+        g: Graph = symbol.graph()
+        self._graph = g
+        arg_names, aux_names = g.list_arguments(), g.list_auxiliary_states()
+        self.arg_dict = {k: self._nd(v) for k, v in _to_dict(args, arg_names, "arguments").items()}
+        missing = [n for n in arg_names if n not in self.arg_dict]
+        if missing:
+            raise BindError(f"no array bound for argument(s) {', '.join(missing)}")
+        aux = _to_dict(aux_states, aux_names, "aux states")
+        missing = [n for n in aux_names if n not in aux]
+        if missing:
+            raise BindError(f"no array bound for aux state(s) {', '.join(missing)}")
+        self.aux_dict = {k: self._nd(v) for k, v in aux.items()}
+        if isinstance(grad_req, str):
+            grad_req = {n: grad_req for n in arg_names}
+        elif not isinstance(grad_req, dict):
+            grad_req = _to_dict(grad_req, arg_names, "grad_req")
+        for n, r in grad_req.items():
+            if r not in GRAD_REQS:
+                raise BindError(f"grad_req for '{n}' is {r!r}; use one of {', '.join(GRAD_REQS)}")
+        self._grad_req = {n: grad_req.get(n, "null") for n in arg_names}
+        grads = _to_dict(args_grad, arg_names, "gradients")
+        self.grad_dict = {}
+        for n in arg_names:
+            if self._grad_req[n] == "null":
+                continue
+            a = grads.get(n)
+            self.grad_dict[n] = self._nd(a) if a is not None else NDArray(
+                jnp.zeros_like(self.arg_dict[n].data))
+        self.outputs: list[NDArray] = []
+        self._key = jax.random.key(seed)
+        self._step = 0
+        self._saved = None
+        self._programs: dict = {}
+        self._wrt = [n for n in arg_names if self._grad_req[n] != "null"]
+
+    # -- construction ---------------------------------------------------------
+    @classmethod
+    def simple_bind(cls, symbol, ctx=None, grad_req="write", type_dict=None, shapes=None):
+        """Allocates zero arrays of the inferred shapes and binds them."""
+        g = symbol.graph()
+        inf = infer_shapes(g, shapes or {}, dtypes=type_dict)
+        ctx = ctx or current_context()
+        dev = ctx.jax_device
+
+        def zeros(n):
+            eid = g.entry_id_of_node(n)
+            return NDArray(jax.device_put(jnp.zeros(inf.shapes[eid], inf.dtypes[eid]), dev))
+
+        args = {n.name: zeros(n) for n in g.arguments}
+        aux = {n.name: zeros(n) for n in g.aux_states}
+        return cls(symbol, ctx, args, None, grad_req, aux)
+
+    def _nd(self, v) -> NDArray:
+        if isinstance(v, NDArray):
+            return v
+        return NDArray(jax.device_put(jnp.asarray(v), self._device))
+
+    # -- properties ------------------------------------------------------------
+    @property
+    def arg_arrays(self) -> list[NDArray]:
+        return [self.arg_dict[n] for n in self._graph.list_arguments()]
+
+    @property
+    def grad_arrays(self) -> list[NDArray | None]:
+        return [self.grad_dict.get(n) for n in self._graph.list_arguments()]
+
+    @property
+    def aux_arrays(self) -> list[NDArray]:
+        return [self.aux_dict[n] for n in self._graph.list_auxiliary_states()]
+
+    @property
+    def output_dict(self) -> dict:
+        return dict(zip(self._symbol.list_outputs(), self.outputs))
+
+    # -- programs ---------------------------------------------------------------
+    def _program(self, kind: str):
+        prog = self._programs.get(kind)
+        if prog is not None:
+            return prog
+        g = self._graph
+        if kind == "infer":
+            prog = (jax.jit(lower(g, is_train=False)), None)
+        else:
+            gg = build_gradient(g, self._wrt)
+            fwd_ids = {id(n) for n in g.nodes}
+            saved: dict[str, Entry] = {}
+            for n in gg.nodes:
+                if id(n) in fwd_ids or n.op is None:
+                    continue
+                for e in n.inputs:
+                    if id(e.node) in fwd_ids and e.node.op is not None:
+                        saved.setdefault(entry_key(e), e)
+            saved_entries = list(saved.values())
+            fwd = Graph(list(g.outputs) + saved_entries)
+            bwd = Graph(gg.outputs[len(g.outputs):])
+            heads = [n.name for n in bwd.variables if n.name.endswith(HEAD_GRAD_SUFFIX)
+                     and n.name not in self.arg_dict]
+            prog = (jax.jit(lower(fwd, is_train=True)), jax.jit(lower(bwd, is_train=True)),
+                    [entry_key(e) for e in saved_entries], heads)
+        self._programs[kind] = prog
+        return prog
+
+    def _feeds(self) -> dict:
+        feeds = {k: v.data for k, v in self.arg_dict.items()}
+        feeds.update({k: v.data for k, v in self.aux_dict.items()})
+        return feeds
+
+    # -- running ----------------------------------------------------------------
+    def forward(self, is_train: bool = False, **kwargs) -> list[NDArray]:
+        for k, v in kwargs.items():
+            if k not in self.arg_dict:
+                raise BindError(f"forward: '{k}' is not an argument of the symbol")
+            self.arg_dict[k][:] = v
+        n_out = len(self._graph.outputs)
+        key = jax.random.fold_in(self._key, self._step)
+        self._step += 1
+        if is_train:
+            fwd, _, saved_keys, _ = self._program("train")
+            outs, aux_new = fwd(self._feeds(), key)
+            self._saved = dict(zip(saved_keys, outs[n_out:]))
+            outs = outs[:n_out]
+        else:
+            fn, _ = self._program("infer")
+            outs, aux_new = fn(self._feeds(), key)
+            self._saved = None
+        for k, v in aux_new.items():
+            self.aux_dict[k]._set(v)
+        self.outputs = [NDArray(o) for o in outs]
+        return self.outputs
+
+    def backward(self, out_grads=None) -> None:
+        """Gradients into ``grad_dict`` (written or added per grad_req).
+
+        ``out_grads`` are the head gradients of the non-loss outputs, in
+        output order; None means ones (loss outputs need none)."""
+        if self._saved is None:
+            raise BindError("backward() needs a forward(is_train=True) first")
+        if not self._wrt:
+            return
+        _, bwd, _, heads = self._program("train")
+        feeds = self._feeds()
+        feeds.update(self._saved)
+        names = self._symbol.list_outputs()
+        if out_grads is not None and not isinstance(out_grads, (list, tuple)):
+            out_grads = [out_grads]
+        for h in heads:
+            out_name = h[: -len(HEAD_GRAD_SUFFIX)]
+            i = names.index(out_name)
+            if out_grads is None:
+                feeds[h] = jnp.ones_like(self.outputs[i].data)
+            else:
+                if i >= len(out_grads):
+                    raise BindError(f"backward: no head gradient for output '{out_name}'")
+                og = out_grads[i]
+                feeds[h] = og.data if isinstance(og, NDArray) else jnp.asarray(og)
+        grads, _ = bwd(feeds, None)
+        for name, gr in zip(self._wrt, grads):
+            if self._grad_req[name] == "add":
+                self.grad_dict[name]._set(self.grad_dict[name].data + gr)
+            else:
+                self.grad_dict[name]._set(gr)
+
+    def copy_params_from(self, arg_params: dict, aux_params: dict | None = None,
+                         allow_extra_params: bool = False) -> None:
+        for k, v in arg_params.items():
+            if k in self.arg_dict:
+                self.arg_dict[k][:] = v
+            elif not allow_extra_params:
+                raise BindError(f"'{k}' is not an argument of the symbol")
+        for k, v in (aux_params or {}).items():
+            if k in self.aux_dict:
+                self.aux_dict[k][:] = v
+            elif not allow_extra_params:
+                raise BindError(f"'{k}' is not an aux state of the symbol")
+
+    def debug_str(self) -> str:
+        return self._graph.text()

@@ -1,0 +1,249 @@
+"""The IR: Node, Entry and Graph.
+
+A `Node` is an op applied to input entries, or a variable (op is None).
+An `Entry` is one output of a node. A `Graph` is a set of output entries
+plus everything they depend on, in topological order (MXNet's DFS order:
+inputs first, in input order). Nodes are never mutated once a graph is
+built from them; passes build new nodes and a new graph, and what they
+learn (shapes, storage) lives in side tables keyed by node or entry id.
+"""
+from __future__ import annotations
+
+from typing import Iterable, NamedTuple, Sequence
+
+from .errors import GraphError
+
+
+class Node:
+    """One op application, or a variable when ``op`` is None.
+
+    ``attrs`` holds the attributes as MXNet strings (what JSON stores);
+    ``params`` holds them parsed by the op's schema. Attributes whose names
+    start and end with ``__`` (``__shape__``, ``__lr_mult__`` ...) are hints
+    kept for the user and never parsed by an op.
+    """
+
+    __slots__ = ("op", "name", "attrs", "params", "inputs", "__weakref__")
+
+    def __init__(self, op, name: str, attrs: dict | None = None,
+                 inputs: Sequence["Entry"] = ()):
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"a node needs a non-empty string name, got {name!r}")
+        self.op = op
+        self.name = name
+        attrs = dict(attrs or {})
+        if op is None:
+            if inputs:
+                raise GraphError(f"variable '{name}' cannot have inputs")
+            self.attrs = {k: str(v) for k, v in attrs.items()}
+            self.params = None
+        else:
+            self.attrs, self.params = op.parse_attrs(attrs, name)
+        self.inputs = tuple(inputs)
+        for e in self.inputs:
+            if not isinstance(e, Entry):
+                raise GraphError(f"node '{name}': input {e!r} is not an Entry")
+
+    @property
+    def is_variable(self) -> bool:
+        return self.op is None
+
+    @property
+    def num_outputs(self) -> int:
+        return 1 if self.op is None else self.op.num_outputs(self.params)
+
+    @property
+    def num_visible_outputs(self) -> int:
+        return 1 if self.op is None else self.op.num_visible_outputs(self.params)
+
+    @property
+    def num_args(self) -> int:
+        """Number of inputs that are arguments; the rest are aux states."""
+        return 0 if self.op is None else len(self.op.arg_names(self.params))
+
+    def output_names(self) -> list[str]:
+        if self.op is None:
+            return [self.name]
+        return [f"{self.name}_{n}" for n in self.op.output_names(self.params)]
+
+    def user_attrs(self) -> dict:
+        """Hint attributes (``__x__``) the user attached, e.g. ``__shape__``."""
+        return {k: v for k, v in self.attrs.items() if k.startswith("__")}
+
+    def __repr__(self) -> str:
+        if self.op is None:
+            return f"Node(variable {self.name})"
+        return f"Node({self.op.name} {self.name})"
+
+
+class Entry(NamedTuple):
+    """Output ``index`` of ``node``."""
+
+    node: Node
+    index: int = 0
+
+    def __repr__(self) -> str:
+        return f"%{self.node.name}" + (f":{self.index}" if self.index else "")
+
+
+def topo_order(outputs: Iterable[Entry]) -> list[Node]:
+    """Nodes reachable from ``outputs``, inputs before users (DFS post-order).
+
+    Iterative, so deep nets do not hit Python's recursion limit; a cycle is
+    reported with the node where it closes.
+    """
+    order: list[Node] = []
+    state: dict[int, int] = {}  # id(node) -> 1 visiting, 2 done
+    for out in outputs:
+        root = out.node
+        if state.get(id(root)) == 2:
+            continue
+        stack = [(root, 0)]
+        state[id(root)] = 1
+        while stack:
+            node, i = stack[-1]
+            if i < len(node.inputs):
+                stack[-1] = (node, i + 1)
+                child = node.inputs[i].node
+                s = state.get(id(child))
+                if s is None:
+                    state[id(child)] = 1
+                    stack.append((child, 0))
+                elif s == 1:
+                    raise GraphError(
+                        f"cycle: node '{child.name}' depends on itself "
+                        f"(through '{node.name}')")
+            else:
+                stack.pop()
+                state[id(node)] = 2
+                order.append(node)
+    return order
+
+
+class Graph:
+    """Output entries plus the nodes they need, indexed.
+
+    ``nodes[i]`` is in topological order; ``entry_id(e)`` numbers every
+    output of every node (``row_ptr`` as in NNVM's IndexedGraph), which is
+    what the passes and the planner index their side tables by.
+    """
+
+    def __init__(self, outputs: Sequence[Entry]):
+        self.outputs = tuple(outputs)
+        if not self.outputs:
+            raise GraphError("a graph needs at least one output")
+        self.nodes: list[Node] = topo_order(self.outputs)
+        self._nid = {id(n): i for i, n in enumerate(self.nodes)}
+        self.row_ptr = [0]
+        for n in self.nodes:
+            self.row_ptr.append(self.row_ptr[-1] + n.num_outputs)
+        self._validate()
+
+    # -- indexing ---------------------------------------------------------
+    def node_id(self, node: Node) -> int:
+        return self._nid[id(node)]
+
+    def entry_id(self, e: Entry) -> int:
+        return self.row_ptr[self._nid[id(e.node)]] + e.index
+
+    def entry_id_of_node(self, node: Node) -> int:
+        """Entry id of a node's first output (a variable's only one)."""
+        return self.row_ptr[self._nid[id(node)]]
+
+    @property
+    def num_entries(self) -> int:
+        return self.row_ptr[-1]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    # -- variables --------------------------------------------------------
+    def _variable_roles(self):
+        aux = set()
+        for n in self.nodes:
+            if n.op is not None:
+                k = n.num_args
+                for e in n.inputs[k:]:
+                    aux.add(id(e.node))
+        return aux
+
+    @property
+    def variables(self) -> list[Node]:
+        return [n for n in self.nodes if n.op is None]
+
+    @property
+    def arguments(self) -> list[Node]:
+        aux = self._variable_roles()
+        return [n for n in self.nodes if n.op is None and id(n) not in aux]
+
+    @property
+    def aux_states(self) -> list[Node]:
+        aux = self._variable_roles()
+        return [n for n in self.nodes if n.op is None and id(n) in aux]
+
+    def list_arguments(self) -> list[str]:
+        return [n.name for n in self.arguments]
+
+    def list_auxiliary_states(self) -> list[str]:
+        return [n.name for n in self.aux_states]
+
+    def list_outputs(self) -> list[str]:
+        return [e.node.output_names()[e.index] for e in self.outputs]
+
+    def consumers(self) -> list[list[int]]:
+        """For each node id, the ids of the nodes that read one of its outputs."""
+        users: list[list[int]] = [[] for _ in self.nodes]
+        for i, n in enumerate(self.nodes):
+            for e in n.inputs:
+                users[self._nid[id(e.node)]].append(i)
+        return users
+
+    # -- checks and text ----------------------------------------------------
+    def _validate(self) -> None:
+        seen: dict[str, Node] = {}
+        for n in self.nodes:
+            other = seen.get(n.name)
+            if other is not None:
+                raise GraphError(
+                    f"duplicate name '{n.name}': two different nodes "
+                    f"({_kind(other)} and {_kind(n)}) share it; give one of them "
+                    f"another name")
+            seen[n.name] = n
+            if n.op is not None:
+                want = len(n.op.arg_names(n.params)) + len(n.op.aux_names(n.params))
+                if len(n.inputs) != want:
+                    raise GraphError(
+                        f"node '{n.name}' ({n.op.name}) has {len(n.inputs)} inputs, "
+                        f"expected {want}: {n.op.arg_names(n.params) + n.op.aux_names(n.params)}")
+            for e in n.inputs:
+                if not 0 <= e.index < e.node.num_outputs:
+                    raise GraphError(
+                        f"node '{n.name}' reads output {e.index} of '{e.node.name}', "
+                        f"which has {e.node.num_outputs} output(s)")
+        for e in self.outputs:
+            if not 0 <= e.index < e.node.num_outputs:
+                raise GraphError(
+                    f"graph output {e.index} of '{e.node.name}' does not exist "
+                    f"(it has {e.node.num_outputs} output(s))")
+
+    def text(self) -> str:
+        """Canonical text form, one line per node, used in repr and tests."""
+        lines = []
+        for n in self.nodes:
+            if n.op is None:
+                lines.append(f"%{n.name} = variable")
+                continue
+            attrs = ", ".join(f"{k}={v}" for k, v in sorted(n.attrs.items())
+                              if not k.startswith("__"))
+            args = ", ".join(repr(e) for e in n.inputs)
+            lines.append(f"%{n.name} = {n.op.name}[{attrs}]({args})")
+        lines.append("return " + ", ".join(repr(e) for e in self.outputs))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"Graph({len(self.nodes)} nodes, outputs={list(self.outputs)})"
+
+
+def _kind(n: Node) -> str:
+    return "a variable" if n.op is None else f"a {n.op.name} node"
+

@@ -1,0 +1,164 @@
+"""Lowering to JAX, and the Executor that runs lowered graphs.
+
+``Interpreter`` runs a graph node by node and frees each value after its
+last use; the JAX lowering is the subclass that evaluates each node with its
+op's ``lower`` (inside ``jax.jit`` that yields one XLA program per graph and
+shapes). The memory planner's arena interpreter is another subclass.
+
+Values can be fed for any entry, not only variables: that is how the
+Executor splits training into a forward program that returns the tensors
+the backward reads, and a backward program that starts from them.
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .errors import BindError, SymgraphError
+from .graph import Entry, Graph, Node
+
+
+class LowerCtx:
+    """What an op's lowering may know besides its inputs."""
+
+    __slots__ = ("is_train", "_key", "node_name")
+
+    def __init__(self, is_train: bool, key=None, node_name: str = ""):
+        self.is_train = is_train
+        self._key = key
+        self.node_name = node_name
+
+    def rng(self):
+        """A PRNG key private to this node (derived from the node's name)."""
+        if self._key is None:
+            raise SymgraphError(f"node '{self.node_name}' needs a random key")
+        return jax.random.fold_in(self._key, zlib.crc32(self.node_name.encode()) & 0x7FFFFFFF)
+
+
+def entry_key(e: Entry) -> str:
+    return f"{e.node.name}:{e.index}"
+
+
+class Interpreter:
+    """Runs a graph node by node; subclasses override ``eval_node``.
+
+    ``run(feeds)`` takes values by variable name or by ``entry_key`` and
+    returns the graph's outputs. Nodes whose needed outputs are all fed are
+    not run; values are dropped after their last reader.
+    """
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+
+    def eval_node(self, node: Node, inputs: list) -> list:
+        raise NotImplementedError
+
+    def run(self, feeds: dict) -> list:
+        g = self.graph
+        values: dict[int, object] = {}
+        for n in g.nodes:
+            for i in range(n.num_outputs):
+                k = n.name if n.op is None else entry_key(Entry(n, i))
+                if k in feeds:
+                    values[g.entry_id(Entry(n, i))] = feeds[k]
+        needed = self._needed(values)
+        remaining = [0] * g.num_entries
+        for nid in needed:
+            for e in g.nodes[nid].inputs:
+                remaining[g.entry_id(e)] += 1
+        for e in g.outputs:
+            remaining[g.entry_id(e)] += 1
+        for nid in sorted(needed):
+            node = g.nodes[nid]
+            base = g.row_ptr[nid]
+            if all(base + i in values for i in range(node.num_outputs)):
+                continue
+            if node.op is None:
+                raise BindError(f"no value given for input '{node.name}'")
+            ins = []
+            for e in node.inputs:
+                eid = g.entry_id(e)
+                ins.append(values[eid])
+                remaining[eid] -= 1
+                if remaining[eid] == 0:
+                    del values[eid]
+            outs = self.eval_node(node, ins)
+            for i, v in enumerate(outs):
+                if remaining[base + i] > 0:
+                    values[base + i] = v
+        return [values[g.entry_id(e)] for e in g.outputs]
+
+    def _needed(self, fed: dict) -> set[int]:
+        g = self.graph
+        needed: set[int] = set()
+        stack = [g.entry_id(e) for e in g.outputs]
+        seen = set()
+        while stack:
+            eid = stack.pop()
+            if eid in seen or eid in fed:
+                continue
+            seen.add(eid)
+            nid = _node_of(g, eid)
+            if nid in needed:
+                continue
+            needed.add(nid)
+            stack.extend(g.entry_id(e) for e in g.nodes[nid].inputs)
+        return needed
+
+
+def _node_of(g: Graph, eid: int) -> int:
+    import bisect
+    return bisect.bisect_right(g.row_ptr, eid) - 1
+
+
+class JaxInterpreter(Interpreter):
+    """Evaluates each node with its op's JAX lowering; collects aux updates."""
+
+    def __init__(self, graph: Graph, is_train: bool, key=None):
+        super().__init__(graph)
+        self.is_train = is_train
+        self.key = key
+        self.aux_updates: dict[str, object] = {}
+
+    def eval_node(self, node, inputs):
+        ctx = LowerCtx(self.is_train, self.key, node.name)
+        try:
+            res = node.op.lower(node.params, ctx, *inputs)
+        except SymgraphError:
+            raise
+        except Exception as err:  # name the node; the op's own message follows
+            raise SymgraphError(f"while lowering node '{node.name}' ({node.op.name}) "
+                                f"with inputs {[tuple(x.shape) for x in inputs]}: "
+                                f"{type(err).__name__}: {err}") from err
+        n_aux = len(node.op.aux_names(node.params))
+        if n_aux:
+            outs, new_aux = res
+            if self.is_train and new_aux is not None:
+                for e, v in zip(node.inputs[node.num_args:], new_aux):
+                    self.aux_updates[e.node.name] = v
+        else:
+            outs = res
+        if not isinstance(outs, (tuple, list)):
+            outs = (outs,)
+        return list(outs)
+
+
+def lower(graph: Graph, is_train: bool = False):
+    """Graph -> pure function ``f(feeds, key) -> (outputs, aux_updates)``.
+
+    ``feeds`` maps variable names (and optionally ``entry_key``s of inner
+    entries) to arrays. Wrap it in ``jax.jit`` to get one XLA program.
+    """
+    def fn(feeds, key=None):
+        interp = JaxInterpreter(graph, is_train, key)
+        outs = interp.run(feeds)
+        return outs, interp.aux_updates
+    return fn
+
+
+def lower_jit(graph: Graph, is_train: bool = False, **jit_kwargs):
+    return jax.jit(lower(graph, is_train), **jit_kwargs)

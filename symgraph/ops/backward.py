@@ -1,0 +1,117 @@
+"""Backward ops generated from a forward op.
+
+Most gradient rules create one ``_backward_<op>`` node whose inputs are
+exactly the tensors the backward reads: some output gradients, some
+forward inputs, some forward outputs. That is what the memory planner
+sees, so choosing ``reads_inputs``/``reads_outputs`` well is a memory
+decision (ReLU's backward reads its output, not its input, so the input
+may be overwritten in place).
+
+The backward node computes only the argument gradients the gradient pass
+asks for (attribute ``need``, a 0/1 mask over the forward's arguments).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from .registry import Attr, OpDef, register, shape_attr
+
+
+def _as_tuple(out):
+    if isinstance(out, (tuple, list)):
+        return tuple(out)
+    return (out,)
+
+
+def register_backward(fwd: OpDef, *, reads_inputs: Sequence[int] | None = None,
+                      reads_outputs: Sequence[int] = (),
+                      reads_ograds: Sequence[int] | None = None,
+                      lower: Callable | None = None,
+                      infer_shape: Callable | None = None,
+                      inplace: Callable | Sequence = (),
+                      category: str | None = None) -> OpDef:
+    """Registers ``_backward_<fwd>`` and sets ``fwd.gradient`` to build it.
+
+    ``reads_inputs=None`` means every argument; ``reads_ograds=None`` means
+    the gradient of every visible output. ``lower(p, ctx, ograds, ins, outs)``
+    returns one gradient per forward argument (None for ones not needed).
+    Without ``lower`` the gradient is ``jax.vjp`` of the forward lowering,
+    which needs every argument read and no aux state.
+    """
+    name = "_backward_" + fwd.name
+
+    def ri(p):
+        return list(range(len(fwd.arg_names(p)))) if reads_inputs is None else list(reads_inputs)
+
+    def rg(p):
+        return list(range(fwd.num_visible_outputs(p))) if reads_ograds is None else list(reads_ograds)
+
+    def need(p):
+        n = len(fwd.arg_names(p))
+        return list(p.need) if p.need else [1] * n
+
+    def arguments(p):
+        fa, fo = fwd.arg_names(p), fwd.output_names(p)
+        return ([f"ograd_{fo[i]}" for i in rg(p)] + [f"in_{fa[i]}" for i in ri(p)]
+                + [f"out_{fo[i]}" for i in reads_outputs])
+
+    def outputs(p):
+        fa = fwd.arg_names(p)
+        return [f"grad_{fa[i]}" for i, m in enumerate(need(p)) if m]
+
+    if lower is None:
+        def lower(p, ctx, ograds, ins, outs):
+            nv = fwd.num_visible_outputs(p)
+            sel = rg(p)
+
+            def f(*xs):
+                res = _as_tuple(fwd.lower(p, ctx, *xs))[:nv]
+                return tuple(res[i] for i in sel)
+
+            primals, vjp = jax.vjp(f, *ins)
+            cot = tuple(jnp.zeros_like(x) if g is None else g.astype(x.dtype)
+                        for g, x in zip(ograds, primals))
+            return vjp(cot)
+
+    def lower_node(p, ctx, *xs):
+        n_og, n_in = len(rg(p)), len(ri(p))
+        grads = lower(p, ctx, xs[:n_og], xs[n_og:n_og + n_in], xs[n_og + n_in:])
+        return tuple(g for g, m in zip(grads, need(p)) if m)
+
+    if infer_shape is None:
+        def infer_shape(p, in_shapes):
+            n_og = len(rg(p))
+            read = dict(zip(ri(p), in_shapes[n_og:n_og + len(ri(p))]))
+            return in_shapes, [read.get(i) for i, m in enumerate(need(p)) if m]
+
+    def infer_shape_node(p, in_shapes):
+        return infer_shape(p, in_shapes)
+
+    attrs = dict(fwd.attrs)
+    attrs["need"] = Attr(shape_attr, (), "0/1 mask: which argument gradients to compute")
+    bwd = register(OpDef(
+        name=name, lower=lower_node, infer_shape=infer_shape_node, attrs=attrs,
+        arguments=arguments, outputs=outputs, inplace=inplace,
+        category=category or fwd.category,
+        doc=f"Gradient of {fwd.name}; inputs are exactly what it reads."))
+
+    def gradient(g, node, ograds):
+        p = node.params
+        sel = rg(p)
+        want = [1 if x else 0 for x in g.need]
+        if not any(want):
+            return [None] * len(want)
+        ins = [g.ograd_or_zeros(node, ograds, i) for i in sel]
+        ins += [node.inputs[i] for i in ri(p)]
+        ins += [g.output(node, i) for i in reads_outputs]
+        attrs = {k: v for k, v in node.attrs.items() if not k.startswith("__")}
+        attrs["need"] = tuple(want)
+        outs = g.op(name, ins, attrs, suffix="backward")
+        it = iter(outs)
+        return [next(it) if m else None for m in want]
+
+    fwd.gradient = gradient
+    return bwd

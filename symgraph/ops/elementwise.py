@@ -1,0 +1,212 @@
+"""Elementwise ops: unary math, activations, binary and scalar arithmetic.
+
+Each op's gradient is written beside it (math in a comment). Where the
+backward can be built from other registered ops it is; otherwise it is a
+``_backward_<op>`` node that reads only what it needs (ReLU, sigmoid, tanh,
+exp and sqrt read their output, so their input may be overwritten in place).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..errors import ShapeError
+from .backward import register_backward
+from .registry import (Attr, OpDef, Sample, bool_attr, choice_attr, float_attr, int_attr,
+                       numel, register, unify)
+
+
+def same_shape(p, in_shapes):
+    """All inputs and the one output share a shape."""
+    s = unify(in_shapes)
+    return [s] * len(in_shapes), [s]
+
+
+def elementwise_flops(p, in_shapes, out_shapes):
+    return sum(numel(s) for s in out_shapes)
+
+
+INPLACE_FIRST = [(0, 0)]
+X = [Sample({}, [(3, 4)])]
+POS = [Sample({}, [(3, 4)], low=0.5, high=2.0)]
+
+
+def _unary(name, fn, *, reads, dfn, samples=X, aliases=(), doc=""):
+    """A unary elementwise op whose gradient is ``dfn(p, dy, v)``, where v is
+    the input (reads='input') or the output (reads='output')."""
+    op = register(OpDef(name=name, lower=lambda p, ctx, x: fn(p, x), infer_shape=same_shape,
+                        inplace=INPLACE_FIRST, category="elementwise",
+                        flops=elementwise_flops, samples=samples, aliases=aliases, doc=doc))
+    register_backward(
+        op, reads_inputs=(0,) if reads == "input" else (),
+        reads_outputs=(0,) if reads == "output" else (),
+        lower=lambda p, ctx, og, ins, outs: [dfn(p, og[0], (ins or outs)[0])],
+        infer_shape=same_shape_bwd, inplace=[(0, 0)])
+    return op
+
+
+def same_shape_bwd(p, in_shapes):
+    s = unify(in_shapes)
+    return [s] * len(in_shapes), [s]
+
+
+# y = exp(x); dx = dy * y
+_unary("exp", lambda p, x: jnp.exp(x), reads="output", dfn=lambda p, dy, y: dy * y)
+# y = log(x); dx = dy / x
+_unary("log", lambda p, x: jnp.log(x), reads="input", dfn=lambda p, dy, x: dy / x, samples=POS)
+# y = sqrt(x); dx = dy / (2 y)
+_unary("sqrt", lambda p, x: jnp.sqrt(x), reads="output", dfn=lambda p, dy, y: dy / (2 * y),
+       samples=POS)
+# y = x^2; dx = 2 x dy
+_unary("square", lambda p, x: x * x, reads="input", dfn=lambda p, dy, x: 2 * x * dy)
+# y = |x|; dx = sign(x) dy
+_unary("abs", lambda p, x: jnp.abs(x), reads="input", dfn=lambda p, dy, x: jnp.sign(x) * dy)
+# y = max(x, 0); dx = dy * (y > 0)
+_unary("relu", lambda p, x: jnp.maximum(x, 0), reads="output",
+       dfn=lambda p, dy, y: jnp.where(y > 0, dy, 0))
+# y = 1 / (1 + e^-x); dx = dy y (1 - y)
+_unary("sigmoid", lambda p, x: jax.nn.sigmoid(x), reads="output",
+       dfn=lambda p, dy, y: dy * y * (1 - y))
+# y = tanh(x); dx = dy (1 - y^2)
+_unary("tanh", lambda p, x: jnp.tanh(x), reads="output", dfn=lambda p, dy, y: dy * (1 - y * y))
+
+# y = -x; dx = -dy
+register(OpDef(name="negative", lower=lambda p, ctx, x: -x, infer_shape=same_shape,
+               inplace=INPLACE_FIRST, category="elementwise", flops=elementwise_flops,
+               samples=X,
+               gradient=lambda g, node, og: [g.op("negative", [og[0]])[0]]))
+
+# y = clip(x, lo, hi); dx = dy where lo < x < hi
+_clip = register(OpDef(
+    name="clip", attrs={"a_min": Attr(float_attr), "a_max": Attr(float_attr)},
+    lower=lambda p, ctx, x: jnp.clip(x, p.a_min, p.a_max), infer_shape=same_shape,
+    inplace=INPLACE_FIRST, category="elementwise", flops=elementwise_flops,
+    samples=[Sample({"a_min": -0.5, "a_max": 0.5}, [(3, 4)])]))
+register_backward(_clip, lower=lambda p, ctx, og, ins, outs: [
+    jnp.where((ins[0] > p.a_min) & (ins[0] < p.a_max), og[0], 0)],
+    infer_shape=same_shape_bwd, inplace=[(0, 0)])
+
+
+# --------------------------------------------------------------------------
+# Activation: MXNet's one op for several nonlinearities
+# --------------------------------------------------------------------------
+_ACT = {
+    "relu": (lambda x: jnp.maximum(x, 0), "output", lambda dy, y: jnp.where(y > 0, dy, 0)),
+    "sigmoid": (jax.nn.sigmoid, "output", lambda dy, y: dy * y * (1 - y)),
+    "tanh": (jnp.tanh, "output", lambda dy, y: dy * (1 - y * y)),
+    # y = log(1 + e^x); dx = dy sigmoid(x)
+    "softrelu": (jax.nn.softplus, "input", lambda dy, x: dy * jax.nn.sigmoid(x)),
+    # y = x / (1 + |x|); dx = dy / (1 + |x|)^2
+    "softsign": (lambda x: x / (1 + jnp.abs(x)), "input", lambda dy, x: dy / (1 + jnp.abs(x)) ** 2),
+}
+
+_activation = register(OpDef(
+    name="Activation", attrs={"act_type": Attr(choice_attr(*_ACT))},
+    lower=lambda p, ctx, x: _ACT[p.act_type][0](x), infer_shape=same_shape,
+    inplace=INPLACE_FIRST, category="elementwise", flops=elementwise_flops,
+    samples=[Sample({"act_type": a}, [(2, 3, 4)]) for a in _ACT],
+    doc="act_type: relu, sigmoid, tanh, softrelu, softsign"))
+
+
+def _activation_gradient(g, node, og):
+    p = node.params
+    reads = _ACT[p.act_type][1]
+    ins = [og[0], node.inputs[0] if reads == "input" else g.output(node, 0)]
+    return g.op("_backward_Activation", ins, {"act_type": p.act_type})
+
+
+register(OpDef(
+    name="_backward_Activation", attrs={"act_type": Attr(choice_attr(*_ACT))},
+    arguments=("ograd", "data_or_output"), outputs=("grad_data",),
+    lower=lambda p, ctx, dy, v: _ACT[p.act_type][2](dy, v), infer_shape=same_shape,
+    inplace=INPLACE_FIRST, category="elementwise", flops=elementwise_flops,
+    doc="Reads the output for relu/sigmoid/tanh, the input otherwise."))
+_activation.gradient = _activation_gradient
+
+
+# --------------------------------------------------------------------------
+# binary arithmetic on equal shapes
+# --------------------------------------------------------------------------
+BIN = [Sample({}, [(3, 4), (3, 4)])]
+
+
+def _binary(name, fn, gradient=None, **kw):
+    return register(OpDef(name=name, arguments=("lhs", "rhs"),
+                          lower=lambda p, ctx, a, b: fn(a, b), infer_shape=same_shape,
+                          inplace=[(0, 0), (1, 0)], category="elementwise",
+                          flops=elementwise_flops, gradient=gradient, **kw))
+
+
+# c = a + b; da = dc; db = dc
+_binary("elemwise_add", jnp.add, gradient=lambda g, node, og: [og[0], og[0]],
+        samples=BIN, aliases=("_plus", "_add"))
+# c = a - b; da = dc; db = -dc
+_binary("elemwise_sub", jnp.subtract,
+        gradient=lambda g, node, og: [og[0], g.op("negative", [og[0]])[0] if g.need[1] else None],
+        samples=BIN, aliases=("_minus", "_sub"))
+# c = a * b; da = dc b; db = dc a
+_binary("elemwise_mul", jnp.multiply, gradient=lambda g, node, og: [
+    g.op("elemwise_mul", [og[0], node.inputs[1]], suffix="backward_lhs")[0] if g.need[0] else None,
+    g.op("elemwise_mul", [og[0], node.inputs[0]], suffix="backward_rhs")[0] if g.need[1] else None],
+    samples=BIN, aliases=("_mul",))
+# c = a / b; da = dc / b; db = -dc a / b^2
+_div = _binary("elemwise_div", jnp.divide, samples=[Sample({}, [(3, 4), (3, 4)], low=0.5, high=2)],
+               aliases=("_div",))
+register_backward(_div, lower=lambda p, ctx, og, ins, outs: [
+    og[0] / ins[1], -og[0] * ins[0] / (ins[1] * ins[1])], inplace=[(0, 0)])
+
+
+def _sum_shape(p, in_shapes):
+    if len(in_shapes) != p.num_args:
+        raise ShapeError(f"expected {p.num_args} inputs, got {len(in_shapes)}")
+    return same_shape(p, in_shapes)
+
+
+# y = sum_i x_i; dx_i = dy
+register(OpDef(
+    name="ElementWiseSum", attrs={"num_args": Attr(int_attr)},
+    arguments=lambda p: [f"arg{i}" for i in range(p.num_args)],
+    lower=lambda p, ctx, *xs: sum(xs[1:], xs[0]), infer_shape=_sum_shape,
+    inplace=lambda p: [(i, 0) for i in range(p.num_args)], category="elementwise",
+    flops=elementwise_flops, aliases=("add_n",),
+    gradient=lambda g, node, og: [og[0]] * node.params.num_args,
+    samples=[Sample({"num_args": 3}, [(3, 4)] * 3)]))
+
+
+# --------------------------------------------------------------------------
+# scalar arithmetic: y = f(x, scalar)
+# --------------------------------------------------------------------------
+SCALAR = {"scalar": Attr(float_attr, 1.0)}
+
+
+def _scalar(name, fn, *, reads=None, dfn, samples=None):
+    op = register(OpDef(name=name, attrs=SCALAR, lower=lambda p, ctx, x: fn(x, p.scalar),
+                        infer_shape=same_shape, inplace=INPLACE_FIRST,
+                        category="elementwise", flops=elementwise_flops,
+                        samples=samples or [Sample({"scalar": 1.5}, [(3, 4)])]))
+    register_backward(
+        op, reads_inputs=(0,) if reads == "input" else (),
+        reads_outputs=(0,) if reads == "output" else (),
+        lower=lambda p, ctx, og, ins, outs: [dfn(og[0], (ins or outs or [None])[0], p.scalar)],
+        infer_shape=same_shape_bwd, inplace=[(0, 0)])
+    return op
+
+
+_scalar("_plus_scalar", lambda x, s: x + s, dfn=lambda dy, v, s: dy)
+_scalar("_minus_scalar", lambda x, s: x - s, dfn=lambda dy, v, s: dy)
+_scalar("_rminus_scalar", lambda x, s: s - x, dfn=lambda dy, v, s: -dy)
+_scalar("_mul_scalar", lambda x, s: x * s, dfn=lambda dy, v, s: dy * s)
+_scalar("_div_scalar", lambda x, s: x / s, dfn=lambda dy, v, s: dy / s)
+# y = s / x; dx = -dy y / x = -dy s / x^2
+_scalar("_rdiv_scalar", lambda x, s: s / x, reads="input", dfn=lambda dy, x, s: -dy * s / (x * x),
+        samples=[Sample({"scalar": 1.5}, [(3, 4)], low=0.5, high=2)])
+# y = x^s; dx = dy s x^(s-1)
+_scalar("_power_scalar", lambda x, s: x ** s, reads="input",
+        dfn=lambda dy, x, s: dy * s * x ** (s - 1),
+        samples=[Sample({"scalar": 2.5}, [(3, 4)], low=0.5, high=2)])
+_scalar("_maximum_scalar", lambda x, s: jnp.maximum(x, s), reads="input",
+        dfn=lambda dy, x, s: jnp.where(x > s, dy, 0),
+        samples=[Sample({"scalar": 0.1}, [(3, 4)])])
+_scalar("_minimum_scalar", lambda x, s: jnp.minimum(x, s), reads="input",
+        dfn=lambda dy, x, s: jnp.where(x < s, dy, 0),
+        samples=[Sample({"scalar": 0.1}, [(3, 4)])])

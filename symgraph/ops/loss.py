@@ -1,0 +1,117 @@
+"""Loss heads. Like MXNet's, they start the backward by themselves: the
+forward output is the prediction, and the gradient of the data is the loss
+gradient, whatever head gradient would arrive."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..errors import ShapeError
+from .registry import Attr, OpDef, Sample, bool_attr, choice_attr, float_attr, numel, register
+
+
+def _softmax_output_shape(p, s):
+    data, label = s
+    if data is None:
+        return s, [None]
+    if p.multi_output:
+        want = (data[0],) + tuple(data[2:])
+    else:
+        want = tuple(data[:-1])
+    if label is not None and tuple(label) != want and tuple(label) != tuple(data):
+        raise ShapeError(f"label shape {tuple(label)} does not fit data {tuple(data)}; "
+                         f"expected {want}")
+    return [data, label if label is not None else want], [data]
+
+
+def _softmax_output_lower(p, ctx, x, label):
+    axis = 1 if p.multi_output else -1
+    return jax.nn.softmax(x, axis=axis)
+
+
+SOFTMAX_OUTPUT_ATTRS = {
+    "grad_scale": Attr(float_attr, 1.0), "ignore_label": Attr(float_attr, -1.0),
+    "multi_output": Attr(bool_attr, False), "use_ignore": Attr(bool_attr, False),
+    "preserve_shape": Attr(bool_attr, False),
+    "normalization": Attr(choice_attr("null", "batch", "valid"), "null"),
+    "out_grad": Attr(bool_attr, False), "smooth_alpha": Attr(float_attr, 0.0),
+}
+
+
+# y = softmax(x); dx = (y - onehot(label)) * grad_scale / norm; no label gradient
+def _softmax_output_backward(p, ctx, y, label):
+    axis = 1 if p.multi_output else -1
+    k = y.shape[axis]
+    if label.shape == y.shape:  # dense (probability) labels
+        target = label.astype(y.dtype)
+        valid = jnp.ones(y.shape[:axis] + y.shape[axis + 1:] if axis != -1 else y.shape[:-1],
+                         y.dtype)
+    else:
+        lab = label.astype(jnp.int32)
+        target = jax.nn.one_hot(lab, k, dtype=y.dtype, axis=axis)
+        if p.smooth_alpha:
+            target = target * (1 - p.smooth_alpha) + (1 - target) * p.smooth_alpha / (k - 1)
+        valid = (label != p.ignore_label).astype(y.dtype) if p.use_ignore else \
+            jnp.ones(label.shape, y.dtype)
+    grad = (y - target) * jnp.expand_dims(valid, axis)
+    if p.normalization == "batch":
+        grad = grad / y.shape[0]
+    elif p.normalization == "valid":
+        grad = grad / jnp.maximum(valid.sum(), 1.0)
+    return grad * p.grad_scale
+
+
+_softmax_output = register(OpDef(
+    name="SoftmaxOutput", attrs=SOFTMAX_OUTPUT_ATTRS, arguments=("data", "label"),
+    lower=_softmax_output_lower, infer_shape=_softmax_output_shape, is_loss=True,
+    aliases=("Softmax",),
+    samples=[Sample({}, [(4, 5), (4,)], ints={1: 5}),
+             Sample({"grad_scale": 0.5, "normalization": "batch"}, [(4, 5), (4,)], ints={1: 5}),
+             Sample({"multi_output": True}, [(2, 3, 4), (2, 4)], ints={1: 3}),
+             Sample({"use_ignore": True, "ignore_label": 1, "normalization": "valid"},
+                    [(6, 3), (6,)], ints={1: 3})]))
+
+
+def _softmax_output_gradient(g, node, og):
+    # reads its output and the label; the head gradient is not used
+    out = g.op("_backward_SoftmaxOutput", [g.output(node, 0), node.inputs[1]],
+               {k: v for k, v in node.attrs.items() if not k.startswith("__")})
+    return [out[0], None]
+
+
+register(OpDef(
+    name="_backward_SoftmaxOutput", attrs=SOFTMAX_OUTPUT_ATTRS, arguments=("output", "label"),
+    outputs=("grad_data",), lower=_softmax_output_backward,
+    infer_shape=lambda p, s: (s, [s[0]]), inplace=[(0, 0)], category="elementwise"))
+_softmax_output.gradient = _softmax_output_gradient
+
+
+# y = x; dx = (y - label) * grad_scale / (number of outputs per sample)
+def _linreg_shape(p, s):
+    data, label = s
+    if data is not None and label is not None and tuple(label) != tuple(data):
+        if numel(label) != numel(data):
+            raise ShapeError(f"label shape {tuple(label)} does not fit data {tuple(data)}")
+    return [data, label if label is not None else data], [data]
+
+
+_linreg = register(OpDef(
+    name="LinearRegressionOutput", attrs={"grad_scale": Attr(float_attr, 1.0)},
+    arguments=("data", "label"), lower=lambda p, ctx, x, label: x,
+    infer_shape=_linreg_shape, is_loss=True, inplace=[(0, 0)], category="injective",
+    samples=[Sample({}, [(4, 3), (4, 3)]), Sample({"grad_scale": 2.0}, [(4, 1), (4, 1)])]))
+
+
+def _linreg_backward(p, ctx, y, label):
+    per_sample = max(1, y.size // y.shape[0])
+    return (y - label.reshape(y.shape)) * (p.grad_scale / per_sample)
+
+
+register(OpDef(
+    name="_backward_LinearRegressionOutput", attrs={"grad_scale": Attr(float_attr, 1.0)},
+    arguments=("output", "label"), outputs=("grad_data",),
+    lower=_linreg_backward, infer_shape=lambda p, s: (s, [s[0]]),
+    inplace=[(0, 0)], category="elementwise"))
+_linreg.gradient = lambda g, node, og: [
+    g.op("_backward_LinearRegressionOutput", [g.output(node, 0), node.inputs[1]],
+         {k: v for k, v in node.attrs.items() if not k.startswith("__")})[0], None]

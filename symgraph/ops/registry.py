@@ -1,0 +1,348 @@
+"""The op registry: one OpDef per op holds everything about it.
+
+An OpDef carries the attribute schema (MXNet-style strings such as
+``"(3, 3)"`` or ``"True"`` as well as Python values), the names of its
+inputs, aux states and outputs, shape and dtype inference (including the
+inference of parameter shapes from the data shape), its gradient rule,
+inplace options, fusion category, FLOP count and JAX lowering, plus sample
+attributes that the registry-driven tests use. Adding an op touches one
+file: the family module that registers it.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import OpError, ShapeError
+
+Shape = tuple  # a tuple of ints
+
+REQUIRED = object()
+
+# Attributes MXNet writes for some ops that only matter to its own kernels
+# (cuDNN tuning, workspace sizes, layouts we do not support other than the
+# default). Files that carry them must still load, so ops accept them.
+MXNET_KERNEL_HINTS = ("workspace", "cudnn_tune", "cudnn_off")
+
+
+# --------------------------------------------------------------------------
+# attribute parsers: each takes a Python value or an MXNet string
+# --------------------------------------------------------------------------
+def _literal(v):
+    if isinstance(v, str):
+        s = v.strip()
+        if s in ("None", "none", ""):
+            return None
+        try:
+            return ast.literal_eval(s)
+        except (ValueError, SyntaxError):
+            return s
+    return v
+
+
+def shape_attr(v) -> tuple:
+    """``"(3, 3)"``, ``"[3,3]"``, ``"3"``, ``(3, 3)``, ``3`` -> ``(3, 3)``/``(3,)``."""
+    v = _literal(v)
+    if v is None:
+        return ()
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return (int(v),)
+    if isinstance(v, (tuple, list)) and all(
+            isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in v):
+        return tuple(int(x) for x in v)
+    raise ValueError(f"expected a tuple of ints such as (3, 3), got {v!r}")
+
+
+def optional_shape_attr(v):
+    v = _literal(v)
+    return None if v is None else shape_attr(v)
+
+
+def int_attr(v) -> int:
+    v = _literal(v)
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer, float)):
+        raise ValueError(f"expected an integer, got {v!r}")
+    if int(v) != v:
+        raise ValueError(f"expected an integer, got {v!r}")
+    return int(v)
+
+
+def optional_int_attr(v):
+    v = _literal(v)
+    return None if v is None else int_attr(v)
+
+
+def float_attr(v) -> float:
+    v = _literal(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
+        raise ValueError(f"expected a number, got {v!r}")
+    return float(v)
+
+
+def bool_attr(v) -> bool:
+    if isinstance(v, str):
+        s = v.strip().lower()
+        if s in ("true", "1"):
+            return True
+        if s in ("false", "0"):
+            return False
+        raise ValueError(f"expected True or False, got {v!r}")
+    if isinstance(v, (bool, np.bool_)) or v in (0, 1):
+        return bool(v)
+    raise ValueError(f"expected True or False, got {v!r}")
+
+
+def str_attr(v) -> str:
+    return str(v)
+
+
+def choice_attr(*choices: str) -> Callable[[Any], str]:
+    def parse(v):
+        s = str(v)
+        if s not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {s!r}")
+        return s
+    parse.choices = choices
+    return parse
+
+
+def dtype_attr(v) -> str:
+    try:
+        return np.dtype(str(v) if not isinstance(v, type) else v).name
+    except TypeError:
+        raise ValueError(f"expected a dtype name such as float32, got {v!r}") from None
+
+
+def format_attr(v) -> str:
+    """A Python value as MXNet writes it in JSON."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (bool, np.bool_)):
+        return "True" if v else "False"
+    if isinstance(v, (tuple, list)):
+        return "(" + ", ".join(format_attr(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    if isinstance(v, type) or isinstance(v, np.dtype):
+        return np.dtype(v).name
+    if v is None:
+        return "None"
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Attr:
+    parse: Callable[[Any], Any]
+    default: Any = REQUIRED
+    doc: str = ""
+
+
+class Params(dict):
+    """Parsed attributes; read as ``p.kernel`` or ``p['kernel']``."""
+
+    def __getattr__(self, k):
+        try:
+            return self[k]
+        except KeyError:
+            raise AttributeError(k) from None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Attributes and input shapes that the registry-driven tests run.
+
+    ``low``/``high`` bound the random inputs (e.g. positive for ``log``);
+    ``ints`` maps an input index to an exclusive upper bound for integer
+    valued inputs (labels, embedding indices).
+    """
+
+    attrs: dict
+    shapes: Sequence[tuple]
+    low: float = -1.0
+    high: float = 1.0
+    ints: dict = field(default_factory=dict)
+    grad: bool = True  # False where the gradient is not defined everywhere sampled
+
+
+# --------------------------------------------------------------------------
+# the OpDef
+# --------------------------------------------------------------------------
+def _const(value):
+    return lambda p: value
+
+
+@dataclass(eq=False)
+class OpDef:
+    """Everything about one op. See the module docstring.
+
+    lower(p, ctx, *inputs): inputs are the arguments followed by the aux
+        states; returns one array, a tuple of outputs, or, for ops with aux
+        states, ``(outputs, new_aux)``.
+    infer_shape(p, in_shapes) -> (in_shapes, out_shapes): entries may be
+        None where unknown; parameter shapes are filled in from the data.
+    infer_type(p, in_types, num_outputs) -> (in_types, out_types); default:
+        everything shares the first known dtype.
+    gradient(node, ograds) -> one Entry or None per argument input; ograds
+        holds one Entry per output (None where no gradient flows). Rules
+        build nodes of other registered ops, often a ``_backward_<op>``.
+    inplace(p) -> [(input index, output index)] pairs where the output may
+        overwrite the input when the input dies at this op.
+    category: 'elementwise' | 'injective' | 'reduction' | 'opaque'
+    """
+
+    name: str
+    lower: Callable
+    infer_shape: Callable
+    attrs: dict = field(default_factory=dict)
+    arguments: Callable | Sequence[str] = ("data",)
+    aux: Callable | Sequence[str] = ()
+    outputs: Callable | Sequence[str] = ("output",)
+    visible_outputs: Callable | int | None = None
+    infer_type: Callable | None = None
+    gradient: Callable | None = None
+    inplace: Callable | Sequence = ()
+    category: str = "opaque"
+    flops: Callable | None = None
+    is_loss: bool = False
+    needs_rng: bool = False
+    samples: Sequence[Sample] = ()
+    doc: str = ""
+    aliases: Sequence[str] = ()
+
+    def __post_init__(self):
+        for fname in ("arguments", "aux", "outputs", "inplace"):
+            v = getattr(self, fname)
+            if not callable(v):
+                setattr(self, fname, _const(list(v)))
+        if self.visible_outputs is None:
+            self.visible_outputs = lambda p: len(self.outputs(p))
+        elif not callable(self.visible_outputs):
+            self.visible_outputs = _const(self.visible_outputs)
+        if self.infer_type is None:
+            self.infer_type = same_type
+        assert self.category in ("elementwise", "injective", "reduction", "opaque"), self.category
+
+    # names and counts
+    def arg_names(self, p) -> list[str]:
+        return list(self.arguments(p))
+
+    def aux_names(self, p) -> list[str]:
+        return list(self.aux(p))
+
+    def output_names(self, p) -> list[str]:
+        return list(self.outputs(p))
+
+    def num_outputs(self, p) -> int:
+        return len(self.outputs(p))
+
+    def num_visible_outputs(self, p) -> int:
+        return self.visible_outputs(p)
+
+    # attributes
+    def parse_attrs(self, attrs: dict, node_name: str = "?"):
+        """Returns (attrs as MXNet strings, parsed Params); OpError if bad."""
+        raw: dict[str, str] = {}
+        parsed = Params()
+        for k, v in attrs.items():
+            if k.startswith("__") and k.endswith("__"):
+                raw[k] = format_attr(v)
+                continue
+            spec = self.attrs.get(k)
+            if spec is None:
+                if k in MXNET_KERNEL_HINTS:
+                    raw[k] = format_attr(v)
+                    continue
+                near = difflib.get_close_matches(k, list(self.attrs), n=3)
+                hint = f"; did you mean {', '.join(near)}?" if near else (
+                    f"; it accepts {', '.join(sorted(self.attrs)) or 'no attributes'}")
+                raise OpError(f"node '{node_name}' ({self.name}): unknown attribute "
+                              f"'{k}'{hint}")
+            try:
+                parsed[k] = spec.parse(v)
+            except (ValueError, TypeError) as err:
+                raise OpError(f"node '{node_name}' ({self.name}): attribute {k}={v!r}: "
+                              f"{err}") from None
+            raw[k] = format_attr(v)
+        for k, spec in self.attrs.items():
+            if k not in parsed:
+                if spec.default is REQUIRED:
+                    raise OpError(f"node '{node_name}' ({self.name}): missing required "
+                                  f"attribute '{k}'")
+                parsed[k] = spec.default
+        return raw, parsed
+
+    def __repr__(self):
+        return f"OpDef({self.name})"
+
+
+# --------------------------------------------------------------------------
+# the registry
+# --------------------------------------------------------------------------
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    for n in (op.name, *op.aliases):
+        if n in _REGISTRY:
+            raise RuntimeError(f"op {n} registered twice")
+        _REGISTRY[n] = op
+    return op
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        near = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.5)
+        if not near:
+            low = name.lower()
+            near = [k for k in _REGISTRY if k.lower() == low][:3]
+        hint = f"; nearest known ops: {', '.join(near)}" if near else ""
+        raise OpError(f"unknown op '{name}'{hint}") from None
+
+
+def list_ops(include_internal: bool = False) -> list[str]:
+    """Registered op names (aliases included); internal ops start with '_'."""
+    names = sorted(_REGISTRY)
+    if not include_internal:
+        names = [n for n in names if not n.startswith("_backward")]
+    return names
+
+
+def all_opdefs() -> list[OpDef]:
+    """Each OpDef once (aliases folded)."""
+    seen, out = set(), []
+    for op in _REGISTRY.values():
+        if id(op) not in seen:
+            seen.add(id(op))
+            out.append(op)
+    return out
+
+
+# --------------------------------------------------------------------------
+# helpers shared by the op families
+# --------------------------------------------------------------------------
+def same_type(p, in_types, num_outputs):
+    """All inputs and outputs share the first known dtype (the default rule)."""
+    known = next((t for t in in_types if t is not None), None)
+    return [known if t is None else t for t in in_types], [known] * num_outputs
+
+
+def unify(shapes, what: str = "inputs") -> tuple | None:
+    """The one shape all known ``shapes`` agree on; ShapeError if they differ."""
+    known = [s for s in shapes if s is not None]
+    if not known:
+        return None
+    first = tuple(known[0])
+    for s in known[1:]:
+        if tuple(s) != first:
+            raise ShapeError(f"{what} must have the same shape, got "
+                             f"{', '.join(str(tuple(x)) for x in known)}")
+    return first
+
+
+def numel(shape) -> int:
+    return int(math.prod(shape)) if shape is not None else 0

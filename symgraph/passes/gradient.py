@@ -1,0 +1,138 @@
+"""The gradient pass: an explicit backward graph built from each op's rule.
+
+``build_gradient(graph, wrt)`` returns a new graph whose outputs are the
+original outputs followed by the gradient of each variable in ``wrt``.
+Backward nodes read exactly the tensors their rule names, which is what
+the memory planner will see. Gradients of a tensor used several times are
+summed (``ElementWiseSum``, as MXNet does). Only nodes on a path from a
+``wrt`` variable to an output get a gradient; nothing else is built.
+
+Head gradients: an output produced by a loss op (``SoftmaxOutput``,
+``LinearRegressionOutput`` ...) starts the backward by itself; every other
+output gets a variable ``<output name>_head_grad`` that the caller feeds.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..errors import GraphError
+from ..graph import Entry, Graph, Node
+from ..ops.registry import get_op
+
+
+HEAD_GRAD_SUFFIX = "_head_grad"
+
+
+class GradBuilder:
+    """What a gradient rule may use: make nodes, read outputs, know needs."""
+
+    def __init__(self, taken: set[str]):
+        self._taken = taken
+        self.need: list[bool] = []
+
+    def unique(self, base: str) -> str:
+        name, k = base, 1
+        while name in self._taken:
+            name, k = f"{base}{k}", k + 1
+        self._taken.add(name)
+        return name
+
+    def op(self, opname: str, inputs: Sequence[Entry], attrs: dict | None = None,
+           suffix: str = "backward", base: str | None = None) -> list[Entry]:
+        """Creates a node of a registered op; returns its outputs."""
+        name = self.unique(f"{base or self._current}_{suffix}")
+        node = Node(get_op(opname), name, attrs or {}, list(inputs))
+        return [Entry(node, i) for i in range(node.num_outputs)]
+
+    def output(self, node: Node, i: int) -> Entry:
+        return Entry(node, i)
+
+    def ograd_or_zeros(self, node: Node, ograds, i: int) -> Entry:
+        g = ograds[i]
+        if g is None:
+            g = self.op("zeros_like", [Entry(node, i)], suffix=f"zero_ograd{i}")[0]
+        return g
+
+
+def _needs_gradient(graph: Graph, wrt_ids: set[int]) -> list[bool]:
+    """Node ids on some path from a wrt variable (forward reachability)."""
+    reach = [False] * len(graph.nodes)
+    for i, n in enumerate(graph.nodes):
+        if id(n) in wrt_ids:
+            reach[i] = True
+        elif n.op is not None:
+            k = n.num_args
+            reach[i] = any(reach[graph.node_id(e.node)] for e in n.inputs[:k])
+    return reach
+
+
+def build_gradient(graph: Graph, wrt: Sequence[str]) -> Graph:
+    """Outputs: the graph's outputs, then d(outputs)/d(var) for var in wrt."""
+    by_name = {n.name: n for n in graph.arguments}
+    for name in wrt:
+        if name not in by_name:
+            raise GraphError(f"cannot take the gradient of '{name}': it is not an "
+                             f"argument of the graph ({', '.join(by_name) or 'none'})")
+    wrt_nodes = [by_name[n] for n in wrt]
+    reach = _needs_gradient(graph, {id(n) for n in wrt_nodes})
+    g = GradBuilder({n.name for n in graph.nodes})
+
+    # contributions to each entry's gradient, keyed by (node id, output index)
+    contrib: dict[tuple[int, int], list[Entry]] = {}
+    for e in graph.outputs:
+        nid = graph.node_id(e.node)
+        if not reach[nid]:
+            continue
+        if e.node.op is not None and e.node.op.is_loss:
+            contrib.setdefault((nid, e.index), [])  # the loss starts by itself
+            continue
+        name = e.node.output_names()[e.index] + HEAD_GRAD_SUFFIX
+        head = Node(None, g.unique(name))
+        contrib.setdefault((nid, e.index), []).append(Entry(head, 0))
+
+    def total(nid: int, idx: int, node: Node) -> Entry | None:
+        parts = contrib.get((nid, idx))
+        if not parts:
+            return None
+        if len(parts) == 1:
+            return parts[0]
+        g._current = node.name
+        return g.op("ElementWiseSum", parts, {"num_args": len(parts)},
+                    suffix=f"grad_sum{idx}" if idx else "grad_sum")[0]
+
+    for nid in range(len(graph.nodes) - 1, -1, -1):
+        node = graph.nodes[nid]
+        if node.op is None or not reach[nid]:
+            continue
+        nv = node.num_visible_outputs
+        ograds = [total(nid, i, node) for i in range(nv)]
+        is_loss_start = node.op.is_loss and any((nid, i) in contrib for i in range(nv))
+        if all(o is None for o in ograds) and not is_loss_start:
+            continue
+        if node.op.gradient is None:
+            raise GraphError(f"op {node.op.name} (node '{node.name}') has no gradient "
+                             f"rule; block the gradient with BlockGrad")
+        k = node.num_args
+        g.need = [reach[graph.node_id(e.node)] for e in node.inputs[:k]]
+        g._current = node.name
+        grads = node.op.gradient(g, node, ograds)
+        if len(grads) != k:
+            raise AssertionError(f"gradient rule of {node.op.name} returned "
+                                 f"{len(grads)} gradients for {k} arguments")
+        for e, gr, want in zip(node.inputs[:k], grads, g.need):
+            if gr is not None and want:
+                contrib.setdefault((graph.node_id(e.node), e.index), []).append(gr)
+
+    outs = list(graph.outputs)
+    for var in wrt_nodes:
+        nid = graph.node_id(var)
+        gr = total(nid, 0, var)
+        if gr is None:  # no path to an output, or blocked: the gradient is zero
+            g._current = var.name
+            gr = g.op("zeros_like", [Entry(var, 0)], suffix="zero_grad")[0]
+        outs.append(gr)
+    return Graph(outs)
+
+
+def head_grad_names(graph: Graph) -> list[str]:
+    return [n.name for n in graph.arguments if n.name.endswith(HEAD_GRAD_SUFFIX)]

@@ -1,0 +1,157 @@
+"""Shape and dtype inference.
+
+``infer_shapes(graph, {'data': (64, 3, 224, 224)})`` fills in the shape of
+every entry, parameter shapes included (each op infers its weights from the
+data, as MXNet does). Results are side tables indexed by entry id; the
+graph is not touched. Sweeps repeat until nothing changes, so a variable
+that a later op determines is known to an earlier one too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import OpError, ShapeError
+from ..graph import Graph
+from ..ops.registry import same_type, shape_attr
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """Shapes and dtypes of every entry of ``graph`` (None where unknown)."""
+
+    graph: Graph
+    shapes: tuple
+    dtypes: tuple
+
+    def shape(self, entry) -> tuple | None:
+        return self.shapes[self.graph.entry_id(entry)]
+
+    def dtype(self, entry) -> str | None:
+        return self.dtypes[self.graph.entry_id(entry)]
+
+    def nbytes(self, eid: int) -> int:
+        s, t = self.shapes[eid], self.dtypes[eid]
+        return int(np.prod(s, dtype=np.int64)) * np.dtype(t).itemsize
+
+    def var_shapes(self) -> dict:
+        return {n.name: self.shapes[self.graph.entry_id_of_node(n)] for n in self.graph.variables}
+
+    @property
+    def complete(self) -> bool:
+        return all(s is not None for s in self.shapes)
+
+
+def _var_hint(node, key, parse):
+    v = node.attrs.get(key)
+    if v is None:
+        return None
+    try:
+        return parse(v)
+    except ValueError:
+        raise ShapeError(f"variable '{node.name}': bad {key} hint {v!r}") from None
+
+
+def _merge(table, eid, value, what, node, slot):
+    old = table[eid]
+    if value is None:
+        return False
+    value = tuple(value) if isinstance(value, (tuple, list)) else value
+    if old is None:
+        table[eid] = value
+        return True
+    if old != value:
+        raise ShapeError(f"node '{node.name}' ({node.op.name if node.op else 'variable'}): "
+                         f"{what} of {slot} is {old}, but the op needs {value}")
+    return False
+
+
+def _run(graph: Graph, known: dict, kind: str):
+    table: list = [None] * graph.num_entries
+    names = {n.name for n in graph.variables}
+    for k in known:
+        if k not in names:
+            raise ShapeError(f"'{k}' is not an input of the graph; inputs are "
+                             f"{', '.join(sorted(names))}")
+    for n in graph.variables:
+        eid = graph.entry_id_of_node(n)
+        if n.name in known and known[n.name] is not None:
+            v = known[n.name]
+            table[eid] = tuple(int(x) for x in v) if kind == "shape" else np.dtype(v).name
+        elif kind == "shape":
+            hint = _var_hint(n, "__shape__", shape_attr)
+            if hint and all(d > 0 for d in hint):
+                table[eid] = hint
+        else:
+            hint = _var_hint(n, "__dtype__", lambda v: _dtype_hint(v))
+            if hint:
+                table[eid] = hint
+    changed = True
+    while changed:
+        changed = False
+        for nid, node in enumerate(graph.nodes):
+            if node.op is None:
+                continue
+            in_ids = [graph.entry_id(e) for e in node.inputs]
+            ins = [table[i] for i in in_ids]
+            base = graph.row_ptr[nid]
+            n_out = node.num_outputs
+            try:
+                if kind == "shape":
+                    new_in, outs = node.op.infer_shape(node.params, list(ins))
+                else:
+                    rule = node.op.infer_type or same_type
+                    new_in, outs = rule(node.params, list(ins), n_out)
+            except ShapeError as err:
+                shown = ", ".join(f"{nm}={s}" for nm, s in zip(
+                    node.op.arg_names(node.params) + node.op.aux_names(node.params), ins))
+                raise ShapeError(f"node '{node.name}' ({node.op.name}): {err} "
+                                 f"[inputs: {shown}]") from None
+            if len(outs) != n_out:
+                raise AssertionError(f"{node.op.name}.infer_{kind} gave {len(outs)} outputs")
+            what = "shape" if kind == "shape" else "dtype"
+            for slot, (i, v) in enumerate(zip(in_ids, new_in)):
+                nm = (node.op.arg_names(node.params) + node.op.aux_names(node.params))[slot]
+                changed |= _merge(table, i, v, what, node, f"input '{nm}'")
+            for k, v in enumerate(outs):
+                changed |= _merge(table, base + k, v, what, node, f"output {k}")
+    return table
+
+
+def _dtype_hint(v):
+    code = {"0": "float32", "1": "float64", "2": "float16", "3": "uint8", "4": "int32",
+            "5": "int8", "6": "int64", "12": "bfloat16"}
+    v = code.get(str(v), v)
+    try:
+        return np.dtype(v).name if v != "bfloat16" else "bfloat16"
+    except TypeError:
+        raise ValueError(f"unknown dtype {v!r}") from None
+
+
+def infer_shapes(graph: Graph, shapes: dict, dtypes: dict | None = None,
+                 partial: bool = False) -> Inferred:
+    """Shapes and dtypes of every entry. Unknown dtypes default to float32.
+
+    With ``partial=False`` a shape that cannot be inferred is an error that
+    names the inputs whose shapes are missing.
+    """
+    shape_table = _run(graph, shapes, "shape")
+    dtypes = dict(dtypes or {})
+    for n in graph.variables:
+        if n.name not in dtypes and "__dtype__" not in n.attrs:
+            dtypes[n.name] = None
+    type_table = _run(graph, {k: v for k, v in dtypes.items() if v is not None}, "dtype")
+    type_table = [t or "float32" for t in type_table]
+    if not partial:
+        missing = [n.name for n in graph.variables
+                   if shape_table[graph.entry_id_of_node(n)] is None]
+        unknown = [i for i, s in enumerate(shape_table) if s is None]
+        if missing or unknown:
+            if missing:
+                raise ShapeError(f"cannot infer the shape of {', '.join(missing)}: give "
+                                 f"it, e.g. infer_shape({missing[0]}=(...))")
+            nid = next(i for i in range(len(graph.nodes)) if graph.row_ptr[i + 1] > unknown[0])
+            raise ShapeError(f"cannot infer the output shape of node "
+                             f"'{graph.nodes[nid].name}' ({graph.nodes[nid].op.name})")
+    return Inferred(graph, tuple(shape_table), tuple(type_table))

@@ -1,0 +1,91 @@
+"""Plain NumPy/JAX references for every registered op, written apart from
+the lowerings so a wrong lowering cannot agree with itself.
+
+REFERENCE[name](p, *inputs) -> output or tuple of outputs (visible ones).
+LOSS_GRAD[name](p, output, *inputs) -> gradient of the data input, for the
+loss heads whose backward is not the vjp of their forward.
+"""
+import numpy as np
+
+R = {}
+
+
+def ref(*names):
+    def deco(fn):
+        for n in names:
+            R[n] = fn
+        return fn
+    return deco
+
+
+REFERENCE = R
+
+ref("exp")(lambda p, x: np.exp(x))
+ref("log")(lambda p, x: np.log(x))
+ref("sqrt")(lambda p, x: np.sqrt(x))
+ref("square")(lambda p, x: x ** 2)
+ref("abs")(lambda p, x: np.abs(x))
+ref("relu")(lambda p, x: np.where(x > 0, x, 0))
+ref("sigmoid")(lambda p, x: 1 / (1 + np.exp(-x)))
+ref("tanh")(lambda p, x: np.tanh(x))
+ref("negative")(lambda p, x: -x)
+ref("clip")(lambda p, x: np.minimum(np.maximum(x, p.a_min), p.a_max))
+_ACT = {"relu": lambda x: np.where(x > 0, x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+        "tanh": np.tanh, "softrelu": lambda x: np.log1p(np.exp(x)),
+        "softsign": lambda x: x / (1 + np.abs(x))}
+ref("Activation")(lambda p, x: _ACT[p.act_type](x))
+ref("elemwise_add")(lambda p, a, b: a + b)
+ref("elemwise_sub")(lambda p, a, b: a - b)
+ref("elemwise_mul")(lambda p, a, b: a * b)
+ref("elemwise_div")(lambda p, a, b: a / b)
+ref("ElementWiseSum")(lambda p, *xs: np.sum(xs, axis=0))
+ref("_plus_scalar")(lambda p, x: x + p.scalar)
+ref("_minus_scalar")(lambda p, x: x - p.scalar)
+ref("_rminus_scalar")(lambda p, x: p.scalar - x)
+ref("_mul_scalar")(lambda p, x: x * p.scalar)
+ref("_div_scalar")(lambda p, x: x / p.scalar)
+ref("_rdiv_scalar")(lambda p, x: p.scalar / x)
+ref("_power_scalar")(lambda p, x: x ** p.scalar)
+ref("_maximum_scalar")(lambda p, x: np.maximum(x, p.scalar))
+ref("_minimum_scalar")(lambda p, x: np.minimum(x, p.scalar))
+ref("identity")(lambda p, x: x)
+ref("BlockGrad")(lambda p, x: x)
+ref("zeros_like")(lambda p, x: np.zeros_like(x))
+
+
+@ref("FullyConnected")
+def _fc(p, x, w, b=None):
+    if p.flatten:
+        x = x.reshape(x.shape[0], -1)
+    y = x @ w.T
+    return y if b is None else y + b
+
+
+def _softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+ref("SoftmaxOutput")(lambda p, x, label: _softmax(x, 1 if p.multi_output else -1))
+ref("LinearRegressionOutput")(lambda p, x, label: x)
+
+LOSS_GRAD = {}
+
+
+def _softmax_output_grad(p, y, x, label):
+    axis = 1 if p.multi_output else -1
+    k = y.shape[axis]
+    lab = label.astype(int)
+    onehot = np.moveaxis(np.eye(k)[lab], -1, axis)
+    valid = (label != p.ignore_label) if p.use_ignore else np.ones(label.shape, bool)
+    g = (y - onehot) * np.expand_dims(valid, axis)
+    if p.normalization == "batch":
+        g = g / y.shape[0]
+    elif p.normalization == "valid":
+        g = g / max(valid.sum(), 1)
+    return g * p.grad_scale
+
+
+LOSS_GRAD["SoftmaxOutput"] = _softmax_output_grad
+LOSS_GRAD["LinearRegressionOutput"] = lambda p, y, x, label: (
+    (y - label.reshape(y.shape)) * p.grad_scale / (y.size // y.shape[0]))

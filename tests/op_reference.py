@@ -89,3 +89,11 @@ def _softmax_output_grad(p, y, x, label):
 LOSS_GRAD["SoftmaxOutput"] = _softmax_output_grad
 LOSS_GRAD["LinearRegressionOutput"] = lambda p, y, x, label: (
     (y - label.reshape(y.shape)) * p.grad_scale / (y.size // y.shape[0]))
+
+# references of the other op families live beside this file
+from op_reference_nn import LOSS_GRAD_NN, REFERENCE_NN  # noqa: E402
+from op_reference_tensor import REFERENCE_TENSOR  # noqa: E402
+
+REFERENCE.update(REFERENCE_NN)
+REFERENCE.update(REFERENCE_TENSOR)
+LOSS_GRAD.update(LOSS_GRAD_NN)

@@ -1,0 +1,94 @@
+"""The ``symgraph`` command line.
+
+Each subcommand lives with the code it drives and exposes two functions:
+``add_arguments(parser)`` and ``run(args) -> int``. Bad input raises a
+SymgraphError (or OSError/ValueError from reading files); ``main`` prints
+it as one line on stderr and exits 2 -- never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from .errors import SymgraphError
+
+# name -> (module, one-line help)
+SUBCOMMANDS = {
+    "plan": ("symgraph.memory.cli", "memory plan report of a network"),
+    "viz": ("symgraph.viz", "draw a network (and its memory plan) with graphviz"),
+    "zoo": ("symgraph.models.cli", "write a model-zoo network as symbol JSON"),
+    "bench": ("symgraph.bench", "run the memory / planner / training benchmarks"),
+}
+
+
+class UsageError(SymgraphError):
+    """Bad command-line arguments."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, like every other bad input
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def parse_shapes(items) -> dict:
+    """``['data=64,3,224,224', 'label=64']`` -> ``{'data': (64, 3, 224, 224), ...}``."""
+    shapes = {}
+    for item in items or []:
+        name, sep, dims = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
+            if not shape or any(d <= 0 for d in shape):
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"bad --shape {item!r}: expected NAME=D1,D2,... such as "
+                             f"data=64,3,224,224") from None
+        shapes[name.strip()] = shape
+    return shapes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="symgraph", description=(
+        "symgraph: a memory-planning graph compiler for deep learning. "
+        "Networks are MXNet symbol-JSON files."))
+    from . import __version__
+    parser.add_argument("--version", action="version", version=f"symgraph {__version__}")
+    subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (module, help_) in SUBCOMMANDS.items():
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as err:
+            if err.name and err.name.startswith(module.rsplit(".", 1)[0]) or \
+                    (err.name and module.startswith(err.name)):
+                continue  # not built yet in this checkout
+            raise
+        sub = subs.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip())
+        mod.add_arguments(sub)
+        sub.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv=None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "_run", None):
+            parser.print_help()
+            return 2
+        return int(args._run(args) or 0)
+    except SymgraphError as err:
+        print(f"symgraph: error: {err}", file=sys.stderr)
+        return 2
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        print(f"symgraph: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("symgraph: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

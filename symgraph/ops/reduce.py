@@ -1,0 +1,1 @@
+"""Reductions (sum, mean, max) and softmax / log_softmax."""

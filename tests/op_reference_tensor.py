@@ -1,0 +1,4 @@
+"""References for shape ops, broadcasting, reductions and softmax."""
+import numpy as np
+
+REFERENCE_TENSOR = {}

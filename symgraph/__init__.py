@@ -1,12 +1,18 @@
 """symgraph: a memory-planning graph compiler for deep learning.
 
     import symgraph as sg
-    net = sg.sym.FullyConnected(sg.sym.Variable('data'), num_hidden=10)
+    data = sg.sym.Variable('data')
+    net = sg.sym.FullyConnected(data, num_hidden=10, name='fc')
+    plan = sg.plan(net, {'data': (64, 100)}, train=True)
+    print(plan.report())
 """
+import importlib
+
 from . import ops  # registers every op
 from . import symbol as sym
 from . import symbol
 from . import ndarray as nd
+from . import ndarray
 from .context import Context, cpu, current_context, gpu, num_gpus
 from .errors import (BindError, ContextError, GraphError, OpError, PlanError,
                      SerializationError, ShapeError, SymgraphError)
@@ -15,7 +21,37 @@ from .graph import Entry, Graph, Node
 
 __version__ = "0.1.0"
 
-__all__ = ["sym", "symbol", "nd", "ops", "Context", "cpu", "gpu", "current_context",
-           "num_gpus", "Executor", "Entry", "Graph", "Node", "SymgraphError", "GraphError",
-           "OpError", "ShapeError", "SerializationError", "BindError", "ContextError",
-           "PlanError"]
+# Heavier parts load on first use, so `import symgraph` stays quick.
+_LAZY = {
+    "mod": "symgraph.train.module",
+    "module": "symgraph.train.module",
+    "io": "symgraph.train.io",
+    "optimizer": "symgraph.train.optimizer",
+    "lr_scheduler": "symgraph.train.lr_scheduler",
+    "init": "symgraph.train.initializer",
+    "initializer": "symgraph.train.initializer",
+    "metric": "symgraph.train.metric",
+    "callback": "symgraph.train.callback",
+    "kv": "symgraph.parallel.kvstore",
+    "kvstore": "symgraph.parallel.kvstore",
+    "models": "symgraph.models",
+    "viz": "symgraph.viz",
+    "memory": "symgraph.memory",
+    "passes": "symgraph.passes",
+}
+_LAZY_ATTRS = {"plan": ("symgraph.memory", "plan"), "Module": ("symgraph.train.module", "Module")}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return importlib.import_module(_LAZY[name])
+    if name in _LAZY_ATTRS:
+        module, attr = _LAZY_ATTRS[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'symgraph' has no attribute '{name}'")
+
+
+__all__ = ["sym", "symbol", "nd", "ndarray", "ops", "Context", "cpu", "gpu",
+           "current_context", "num_gpus", "Executor", "Entry", "Graph", "Node",
+           "SymgraphError", "GraphError", "OpError", "ShapeError", "SerializationError",
+           "BindError", "ContextError", "PlanError", *_LAZY, *_LAZY_ATTRS]

@@ -32,7 +32,8 @@ def register_backward(fwd: OpDef, *, reads_inputs: Sequence[int] | None = None,
                       lower: Callable | None = None,
                       infer_shape: Callable | None = None,
                       inplace: Callable | Sequence = (),
-                      category: str | None = None) -> OpDef:
+                      category: str | None = None,
+                      inputs_for_shape_only: bool = False) -> OpDef:
     """Registers ``_backward_<fwd>`` and sets ``fwd.gradient`` to build it.
 
     ``reads_inputs=None`` means every argument; ``reads_ograds=None`` means
@@ -40,6 +41,8 @@ def register_backward(fwd: OpDef, *, reads_inputs: Sequence[int] | None = None,
     returns one gradient per forward argument (None for ones not needed).
     Without ``lower`` the gradient is ``jax.vjp`` of the forward lowering,
     which needs every argument read and no aux state.
+    ``inputs_for_shape_only`` says the forward inputs it reads are read only
+    for their shapes/dtypes (so they need not stay alive for it).
     """
     name = "_backward_" + fwd.name
 
@@ -95,6 +98,8 @@ def register_backward(fwd: OpDef, *, reads_inputs: Sequence[int] | None = None,
     bwd = register(OpDef(
         name=name, lower=lower_node, infer_shape=infer_shape_node, attrs=attrs,
         arguments=arguments, outputs=outputs, inplace=inplace,
+        shape_inputs=(lambda p: list(range(len(rg(p)), len(rg(p)) + len(ri(p)))))
+        if inputs_for_shape_only else (),
         category=category or fwd.category,
         doc=f"Gradient of {fwd.name}; inputs are exactly what it reads."))
 

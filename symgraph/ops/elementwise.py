@@ -210,3 +210,117 @@ _scalar("_maximum_scalar", lambda x, s: jnp.maximum(x, s), reads="input",
 _scalar("_minimum_scalar", lambda x, s: jnp.minimum(x, s), reads="input",
         dfn=lambda dy, x, s: jnp.where(x < s, dy, 0),
         samples=[Sample({"scalar": 0.1}, [(3, 4)])])
+
+
+# --------------------------------------------------------------------------
+# broadcast arithmetic: NumPy broadcasting (shapes right-aligned, a
+# dimension of 1 stretches). Each gradient is summed back over the axes its
+# input was stretched along. The inplace pairs hold only where the input has
+# the output's size; the planner checks sizes, as NNVM's does.
+# --------------------------------------------------------------------------
+def broadcast_shape(lhs, rhs) -> tuple:
+    """The shape of ``lhs op rhs`` under NumPy broadcasting; ShapeError if none."""
+    n = max(len(lhs), len(rhs))
+    a = (1,) * (n - len(lhs)) + tuple(lhs)
+    b = (1,) * (n - len(rhs)) + tuple(rhs)
+    out = []
+    for x, y in zip(a, b):
+        if x != y and x != 1 and y != 1:
+            raise ShapeError(f"operands could not be broadcast together: lhs {tuple(lhs)}, "
+                             f"rhs {tuple(rhs)} (dimensions {x} and {y} differ and "
+                             f"neither is 1)")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def sum_to_shape(x, shape):
+    """Sums ``x`` over the axes along which ``shape`` was broadcast to x.shape."""
+    shape = tuple(shape)
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, d in enumerate(shape) if d == 1 and x.shape[lead + i] != 1)
+    if axes:
+        x = jnp.sum(x, axis=axes)
+    return x.reshape(shape)
+
+
+def _broadcast_shape_rule(p, s):
+    lhs, rhs = s
+    if lhs is None or rhs is None:
+        return s, [None]
+    return s, [broadcast_shape(lhs, rhs)]
+
+
+BCAST = [Sample({}, [(3, 4), (3, 4)]), Sample({}, [(3, 1), (1, 4)]),
+         Sample({}, [(2, 3, 4), (3, 1)]), Sample({}, [(1,), (2, 3)]),
+         Sample({}, [(2, 1, 4), (2, 3, 1)])]
+BCAST_POS = [Sample(s.attrs, s.shapes, low=0.5, high=2.0) for s in BCAST]
+
+
+def _broadcast(name, fn, *, gradient=None, samples=BCAST, aliases=(), doc=""):
+    return register(OpDef(
+        name=name, arguments=("lhs", "rhs"), lower=lambda p, ctx, a, b: fn(a, b),
+        infer_shape=_broadcast_shape_rule, inplace=[(0, 0), (1, 0)], category="elementwise",
+        flops=elementwise_flops, gradient=gradient, samples=samples, aliases=aliases,
+        doc=doc or f"{name}(lhs, rhs) with NumPy broadcasting."))
+
+
+def _sum_like(g, dy, like, side):
+    return g.op("_sum_to_like", [dy, like], suffix=f"backward_{side}")[0]
+
+
+# c = a + b; da = sum_to(dc, a.shape); db = sum_to(dc, b.shape)
+_broadcast("broadcast_add", jnp.add, aliases=("broadcast_plus",), gradient=lambda g, node, og: [
+    _sum_like(g, og[0], node.inputs[0], "lhs") if g.need[0] else None,
+    _sum_like(g, og[0], node.inputs[1], "rhs") if g.need[1] else None])
+
+
+# c = a - b; da = sum_to(dc, a.shape); db = -sum_to(dc, b.shape)
+def _broadcast_sub_gradient(g, node, og):
+    da = _sum_like(g, og[0], node.inputs[0], "lhs") if g.need[0] else None
+    db = None
+    if g.need[1]:
+        db = g.op("negative", [_sum_like(g, og[0], node.inputs[1], "rhs")],
+                  suffix="backward_rhs_neg")[0]
+    return [da, db]
+
+
+_broadcast("broadcast_sub", jnp.subtract, aliases=("broadcast_minus",),
+           gradient=_broadcast_sub_gradient)
+
+
+def _broadcast_with_backward(name, fn, dlhs, drhs, **kw):
+    """A broadcast op whose ``_backward_`` node reads lhs and rhs; dlhs/drhs
+    give the full-size gradient, which is then summed to the input's shape."""
+    op = _broadcast(name, fn, **kw)
+
+    def lower(p, ctx, og, ins, outs):
+        a, b = ins
+        need = p.need or (1, 1)
+        return [sum_to_shape(dlhs(og[0], a, b), a.shape) if need[0] else None,
+                sum_to_shape(drhs(og[0], a, b), b.shape) if need[1] else None]
+
+    register_backward(op, reads_inputs=(0, 1), lower=lower, category="reduction")
+    return op
+
+
+# c = a * b; da = sum_to(dc b); db = sum_to(dc a)
+_broadcast_with_backward("broadcast_mul", jnp.multiply,
+                         lambda dy, a, b: dy * b, lambda dy, a, b: dy * a)
+# c = a / b; da = sum_to(dc / b); db = sum_to(-dc a / b^2)
+_broadcast_with_backward("broadcast_div", jnp.divide,
+                         lambda dy, a, b: dy / b, lambda dy, a, b: -dy * a / (b * b),
+                         samples=BCAST_POS)
+# c = max(a, b); da = sum_to(dc [a >= b]); db = sum_to(dc [a < b])  (ties go to lhs, as MXNet)
+_broadcast_with_backward("broadcast_maximum", jnp.maximum,
+                         lambda dy, a, b: jnp.where(a >= b, dy, 0),
+                         lambda dy, a, b: jnp.where(a < b, dy, 0))
+# c = min(a, b); da = sum_to(dc [a <= b]); db = sum_to(dc [a > b])
+_broadcast_with_backward("broadcast_minimum", jnp.minimum,
+                         lambda dy, a, b: jnp.where(a <= b, dy, 0),
+                         lambda dy, a, b: jnp.where(a > b, dy, 0))
+# c = a^b; da = sum_to(dc b a^(b-1)); db = sum_to(dc a^b log a)
+_broadcast_with_backward("broadcast_power", jnp.power,
+                         lambda dy, a, b: dy * b * a ** (b - 1),
+                         lambda dy, a, b: dy * a ** b * jnp.log(a),
+                         samples=BCAST_POS)

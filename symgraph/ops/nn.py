@@ -1,18 +1,29 @@
-"""Neural-network layers: FullyConnected, Convolution, Pooling, BatchNorm ...
+"""Neural-network layers: FullyConnected, Convolution, Deconvolution, Pooling,
+BatchNorm, Dropout, LRN, LeakyReLU, Embedding.
 
-Layout is NCHW (MXNet's default). Each layer infers its parameter shapes
-from the data shape, so ``infer_shape(data=...)`` yields every weight.
+Names, attributes and defaults follow MXNet 1.x. Layout is channel-first
+(NCW/NCHW/NCDHW, MXNet's default); the kernel's length picks 1-D/2-D/3-D.
+Each layer infers its parameter shapes from the data shape, so
+``infer_shape(data=...)`` yields every weight. Every backward reads only
+what its math needs (listed beside each rule); notably max pooling's
+backward compares the input against the output instead of keeping argmax
+indices, and BatchNorm's reads the saved mean and inverse std.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
 
 from ..errors import ShapeError
 from .backward import register_backward
-from .registry import Attr, OpDef, Sample, bool_attr, int_attr, numel, register
+from .registry import (Attr, OpDef, Sample, bool_attr, choice_attr, dtype_attr, float_attr,
+                       int_attr, numel, optional_int_attr, register, shape_attr)
+from .tensor import _attrs_of, _axis
 
 
 # --------------------------------------------------------------------------
@@ -74,3 +85,917 @@ def _fc_backward_shape(p, s):
 
 
 register_backward(_fc, reads_inputs=(0, 1), lower=_fc_backward, infer_shape=_fc_backward_shape)
+
+
+# --------------------------------------------------------------------------
+# shared geometry of Convolution, Deconvolution and Pooling (NCW/NCHW/NCDHW)
+# --------------------------------------------------------------------------
+_LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
+
+
+def _layout_attr(v):
+    """None or a channel-first layout; MXNet's NHWC variants are not supported."""
+    v = None if v in (None, "None", "") else str(v)
+    if v is not None and v not in _LAYOUTS.values():
+        raise ValueError(f"expected None, NCW, NCHW or NCDHW (channel-first layouts), got {v!r}")
+    return v
+
+
+_layout_attr.choices = ("None", *_LAYOUTS.values())
+
+
+def _optional_bool_attr(v):
+    v = None if v in (None, "None", "none", "") else v
+    return None if v is None else bool_attr(v)
+
+
+def _optional_float_attr(v):
+    v = None if v in (None, "None", "none", "") else v
+    return None if v is None else float_attr(v)
+
+
+def _spatial_rank(p, n: int) -> int:
+    """Checks that an ``n``-D window fits the layout attribute; returns n."""
+    if n not in _LAYOUTS:
+        raise ShapeError(f"kernel={tuple(p.kernel)} has {n} dimensions; 1, 2 or 3 are supported")
+    if p.layout is not None and p.layout != _LAYOUTS[n]:
+        raise ShapeError(f"layout={p.layout} does not fit a {n}-D kernel {tuple(p.kernel)}; "
+                         f"use layout={_LAYOUTS[n]} or leave it out")
+    return n
+
+
+def _per_dim(p, name: str, default: int, n: int, minimum: int) -> tuple:
+    """Attribute ``name`` with one entry per spatial dim (``default`` if empty)."""
+    v = tuple(p[name]) if p[name] else (default,) * n
+    if len(v) != n:
+        raise ShapeError(f"{name}={v} has {len(v)} entries, but the kernel "
+                         f"{tuple(p.kernel)} has {n}; give one per spatial dimension")
+    if any(x < minimum for x in v):
+        raise ShapeError(f"{name}={v}: every entry must be >= {minimum}")
+    return v
+
+
+def _conv_geometry(p):
+    """(rank, stride, pad, dilate) of a Convolution or Deconvolution."""
+    n = _spatial_rank(p, len(p.kernel))
+    if any(k < 1 for k in p.kernel):
+        raise ShapeError(f"kernel={tuple(p.kernel)}: every entry must be >= 1")
+    return (n, _per_dim(p, "stride", 1, n, 1), _per_dim(p, "pad", 0, n, 0),
+            _per_dim(p, "dilate", 1, n, 1))
+
+
+def _check_data_rank(data, n: int, what: str):
+    if len(data) != n + 2:
+        raise ShapeError(f"data {tuple(data)} must be {n + 2}-D ({_LAYOUTS[n]}) for a "
+                         f"{n}-D {what}")
+
+
+def _check_groups(p, channels: int):
+    if p.num_group < 1 or channels % p.num_group or p.num_filter % p.num_group:
+        raise ShapeError(f"num_group={p.num_group} must divide both the input channels "
+                         f"({channels}) and num_filter ({p.num_filter})")
+
+
+def _bias_shape(n):
+    return lambda b: b.reshape((1, -1) + (1,) * n)
+
+
+def _spatial_axes(ndim):
+    return (0,) + tuple(range(2, ndim))
+
+
+CONV_ATTRS = {
+    "kernel": Attr(shape_attr, doc="window size, e.g. (3, 3); its length sets 1-D/2-D/3-D"),
+    "stride": Attr(shape_attr, (), "default 1 per dimension"),
+    "dilate": Attr(shape_attr, (), "default 1 per dimension"),
+    "pad": Attr(shape_attr, (), "zero padding on both sides, default 0"),
+    "num_filter": Attr(int_attr),
+    "num_group": Attr(int_attr, 1),
+    "no_bias": Attr(bool_attr, False),
+    "layout": Attr(_layout_attr, None, "only channel-first (NCW, NCHW, NCDHW)"),
+}
+
+
+def _conv_args(p):
+    return ["data", "weight"] if p.no_bias else ["data", "weight", "bias"]
+
+
+def _weight_flops(p, ins, outs):
+    # one multiply-add per (output element, weight element of its group)
+    return 2 * numel(outs[0]) * numel(ins[1][1:])
+
+
+# --------------------------------------------------------------------------
+# Convolution: y[n, f] = sum_c,k w[f, c, k] x_pad[n, g(f)*C/G + c, o*s + k*d] + b[f]
+# --------------------------------------------------------------------------
+def _conv_shape(p, s):
+    n, stride, pad, dilate = _conv_geometry(p)
+    data = s[0]
+    if data is None:
+        return s, [None]
+    _check_data_rank(data, n, "convolution")
+    _check_groups(p, data[1])
+    out = []
+    for i in range(n):
+        dk = dilate[i] * (p.kernel[i] - 1) + 1
+        padded = data[2 + i] + 2 * pad[i]
+        if dk > padded:
+            raise ShapeError(f"kernel {tuple(p.kernel)} (dilated size {dk}) is larger than "
+                             f"the padded input ({padded}) along spatial axis {i}")
+        out.append((padded - dk) // stride[i] + 1)
+    want = [data, (p.num_filter, data[1] // p.num_group, *p.kernel)]
+    want += [] if p.no_bias else [(p.num_filter,)]
+    return want, [(data[0], p.num_filter, *out)]
+
+
+def _conv_nobias(p, x, w):
+    n, stride, pad, dilate = _conv_geometry(p)
+    return lax.conv_general_dilated(x, w, stride, [(q, q) for q in pad], rhs_dilation=dilate,
+                                    feature_group_count=p.num_group)
+
+
+def _conv_lower(p, ctx, x, w, b=None):
+    y = _conv_nobias(p, x, w)
+    return y if b is None else y + _bias_shape(x.ndim - 2)(b)
+
+
+_conv = register(OpDef(
+    name="Convolution", attrs=CONV_ATTRS, arguments=_conv_args, lower=_conv_lower,
+    infer_shape=_conv_shape, flops=_weight_flops,
+    doc="N-D convolution (NCW/NCHW/NCDHW); weight (num_filter, C/num_group, *kernel).",
+    samples=[
+        Sample({"kernel": (3, 3), "num_filter": 4}, [(2, 3, 5, 5)]),
+        Sample({"kernel": (3, 2), "stride": (2, 1), "pad": (1, 1), "num_filter": 3},
+               [(2, 2, 6, 5)]),
+        Sample({"kernel": (3, 3), "dilate": (2, 1), "no_bias": True, "num_filter": 2},
+               [(1, 2, 7, 6)]),
+        Sample({"kernel": (3, 1), "num_group": 2, "num_filter": 4, "stride": (1, 2)},
+               [(2, 4, 5, 5)]),
+        Sample({"kernel": (3, 3), "num_group": 3, "num_filter": 3, "pad": (1, 1),
+                "layout": "NCHW"}, [(1, 3, 4, 4)]),  # depthwise
+        Sample({"kernel": (3,), "stride": (2,), "pad": (1,), "num_filter": 3}, [(2, 2, 9)]),
+        Sample({"kernel": (2, 2, 2), "pad": (1, 0, 1), "num_filter": 2, "layout": "NCDHW"},
+               [(1, 2, 3, 4, 3)]),
+    ]))
+
+
+# dx = conv^T(dy, w); dw = corr(x, dy); db = sum(dy over batch and space) -- reads x and w
+def _conv_backward(p, ctx, og, ins, outs):
+    x, w = ins
+    _, vjp = jax.vjp(lambda x, w: _conv_nobias(p, x, w), x, w)
+    dx, dw = vjp(og[0])
+    db = None if p.no_bias else og[0].sum(axis=_spatial_axes(og[0].ndim))
+    return [dx, dw, db]
+
+
+def _weighted_backward_shape(p, s):
+    # inputs: ograd, data, weight -> gradients of data, weight (and bias)
+    og, x, w = s
+    grads = [x, w] + ([] if p.no_bias else [(p.num_filter,)])
+    need = list(p.need) if p.need else [1] * len(grads)
+    return s, [g for g, m in zip(grads, need) if m]
+
+
+register_backward(_conv, reads_inputs=(0, 1), lower=_conv_backward,
+                  infer_shape=_weighted_backward_shape)
+
+
+# --------------------------------------------------------------------------
+# Deconvolution: the transpose (gradient) of a Convolution whose weight has
+# the same layout, weight (C_in, num_filter/num_group, *kernel) as in MXNet
+# --------------------------------------------------------------------------
+def _deconv_geometry(p, in_spatial):
+    """(rank, stride, pad, adj, dilate, output spatial size) for ``in_spatial``.
+
+    Output = (in - 1) * stride - 2 * pad + dilate * (kernel - 1) + 1 + adj.
+    A non-zero target_shape overrides pad and adj as MXNet's InferPad does:
+    total = (in - 1) * stride + dilated kernel - target; pad = ceil(total / 2);
+    adj = total % 2.
+    """
+    n, stride, pad, dilate = _conv_geometry(p)
+    adj = _per_dim(p, "adj", 0, n, 0)
+    dk = [dilate[i] * (p.kernel[i] - 1) + 1 for i in range(n)]
+    full = [(in_spatial[i] - 1) * stride[i] + dk[i] for i in range(n)]
+    if p.target_shape and any(p.target_shape):
+        target = _per_dim(p, "target_shape", 0, n, 1)
+        if any(t > f for t, f in zip(target, full)):
+            raise ShapeError(f"target_shape={target} is larger than the largest output "
+                             f"{tuple(full)} this input and kernel can give")
+        total = [f - t for f, t in zip(full, target)]
+        pad = tuple((t + 1) // 2 for t in total)
+        adj = tuple(t % 2 for t in total)
+    out = tuple(full[i] - 2 * pad[i] + adj[i] for i in range(n))
+    if any(o < 1 for o in out):
+        raise ShapeError(f"pad={pad} leaves an empty output {out} for input "
+                         f"{tuple(in_spatial)} and kernel {tuple(p.kernel)}")
+    return n, stride, pad, adj, dilate, out
+
+
+def _deconv_shape(p, s):
+    data = s[0]
+    if data is None:
+        _conv_geometry(p)  # attribute errors surface even without shapes
+        return s, [None]
+    n = _spatial_rank(p, len(p.kernel))
+    _check_data_rank(data, n, "deconvolution")
+    _check_groups(p, data[1])
+    *_, out = _deconv_geometry(p, data[2:])
+    want = [data, (data[1], p.num_filter // p.num_group, *p.kernel)]
+    want += [] if p.no_bias else [(p.num_filter,)]
+    return want, [(data[0], p.num_filter, *out)]
+
+
+def _deconv_nobias(p, x, w):
+    n, stride, pad, adj, dilate, _ = _deconv_geometry(p, x.shape[2:])
+    g, cin, fpg, k = p.num_group, x.shape[1], w.shape[1], tuple(p.kernel)
+    # a convolution over the stride-dilated input with the kernel flipped and
+    # its in/out channels swapped per group: (G, Cin/G, F/G) -> (G*F/G, Cin/G)
+    wt = w.reshape((g, cin // g, fpg) + k).swapaxes(1, 2).reshape((g * fpg, cin // g) + k)
+    wt = jnp.flip(wt, axis=tuple(range(2, 2 + n)))
+    edge = [dilate[i] * (k[i] - 1) - pad[i] for i in range(n)]  # may be negative: a crop
+    return lax.conv_general_dilated(x, wt, (1,) * n, [(e, e + a) for e, a in zip(edge, adj)],
+                                    lhs_dilation=stride, rhs_dilation=dilate,
+                                    feature_group_count=g)
+
+
+def _deconv_lower(p, ctx, x, w, b=None):
+    y = _deconv_nobias(p, x, w)
+    return y if b is None else y + _bias_shape(x.ndim - 2)(b)
+
+
+def _deconv_flops(p, ins, outs):
+    # every input element meets every weight element of its group once
+    return 2 * numel(ins[0]) * numel(ins[1][1:])
+
+
+_deconv = register(OpDef(
+    name="Deconvolution",
+    attrs={**CONV_ATTRS, "no_bias": Attr(bool_attr, True),
+           "adj": Attr(shape_attr, (), "extra rows/cols at the high end, default 0"),
+           "target_shape": Attr(shape_attr, (), "output spatial size; overrides pad and adj")},
+    arguments=_conv_args, lower=_deconv_lower, infer_shape=_deconv_shape, flops=_deconv_flops,
+    doc="Transposed convolution; weight (C_in, num_filter/num_group, *kernel).",
+    samples=[
+        Sample({"kernel": (3, 3), "num_filter": 4}, [(2, 3, 4, 4)]),
+        Sample({"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1), "adj": (1, 0),
+                "num_filter": 2, "no_bias": False}, [(2, 3, 3, 4)]),
+        Sample({"kernel": (2, 3), "dilate": (2, 1), "num_group": 2, "num_filter": 4},
+               [(1, 4, 3, 3)]),
+        Sample({"kernel": (3, 3), "stride": (2, 2), "target_shape": (8, 7), "num_filter": 2},
+               [(1, 2, 4, 4)]),
+        Sample({"kernel": (4,), "stride": (3,), "pad": (2,), "num_filter": 2, "no_bias": False},
+               [(2, 3, 4)]),
+        Sample({"kernel": (2, 2, 2), "stride": (2, 1, 2), "num_filter": 2}, [(1, 2, 2, 3, 2)]),
+    ]))
+
+
+# dx = conv(dy, w) (the adjoint of the transposed conv); dw likewise; db = sum(dy)
+def _deconv_backward(p, ctx, og, ins, outs):
+    x, w = ins
+    _, vjp = jax.vjp(lambda x, w: _deconv_nobias(p, x, w), x, w)
+    dx, dw = vjp(og[0])
+    db = None if p.no_bias else og[0].sum(axis=_spatial_axes(og[0].ndim))
+    return [dx, dw, db]
+
+
+register_backward(_deconv, reads_inputs=(0, 1), lower=_deconv_backward,
+                  infer_shape=_weighted_backward_shape)
+
+
+# --------------------------------------------------------------------------
+# Pooling: max / avg / sum over windows, NCW/NCHW/NCDHW
+# --------------------------------------------------------------------------
+POOL_ATTRS = {
+    "kernel": Attr(shape_attr, (), "window size; ignored with global_pool"),
+    "pool_type": Attr(choice_attr("max", "avg", "sum"), "max"),
+    "global_pool": Attr(bool_attr, False, "pool over the whole spatial extent"),
+    "pooling_convention": Attr(choice_attr("valid", "full"), "valid",
+                               "valid: floor of the output size; full: ceil"),
+    "stride": Attr(shape_attr, (), "default 1 per dimension"),
+    "pad": Attr(shape_attr, (), "default 0 per dimension"),
+    "count_include_pad": Attr(_optional_bool_attr, None,
+                              "avg: count padding in the divisor (None means True)"),
+    "p_value": Attr(optional_int_attr, None, "lp pooling only, which is not supported"),
+    "layout": Attr(_layout_attr, None, "only channel-first (NCW, NCHW, NCDHW)"),
+}
+
+
+def _pool_window(p, ndim: int):
+    """(kernel, stride, pad) for an input of rank ``ndim``; global_pool needs
+    the input's spatial size, so its kernel is returned as None."""
+    if p.global_pool:
+        n = ndim - 2
+        if n not in _LAYOUTS:
+            raise ShapeError(f"global pooling needs a 3-D to 5-D input, got rank {ndim}")
+        return None, (1,) * n, (0,) * n
+    if not p.kernel:
+        raise ShapeError("kernel is required unless global_pool=True")
+    n = _spatial_rank(p, len(p.kernel))
+    if any(k < 1 for k in p.kernel):
+        raise ShapeError(f"kernel={tuple(p.kernel)}: every entry must be >= 1")
+    return tuple(p.kernel), _per_dim(p, "stride", 1, n, 1), _per_dim(p, "pad", 0, n, 0)
+
+
+def _pool_geometry(p, in_shape):
+    """(kernel, stride, pad, output spatial size, extra high padding).
+
+    valid: out = floor((in + 2 pad - k) / s) + 1; full: ceil instead of floor,
+    so the last window may run past the padded input by ``extra`` elements.
+    """
+    n = len(in_shape) - 2
+    kernel, stride, pad = _pool_window(p, len(in_shape))
+    if kernel is None:
+        kernel = tuple(in_shape[2:])
+    elif n != len(kernel):
+        raise ShapeError(f"data {tuple(in_shape)} must be {len(kernel) + 2}-D "
+                         f"({_LAYOUTS[len(kernel)]}) for a {len(kernel)}-D kernel")
+    out, extra = [], []
+    for i in range(n):
+        span = in_shape[2 + i] + 2 * pad[i] - kernel[i]
+        if span < 0:
+            raise ShapeError(f"kernel {kernel} is larger than the padded input "
+                             f"({in_shape[2 + i] + 2 * pad[i]}) along spatial axis {i}")
+        o = (-(-span // stride[i]) if p.pooling_convention == "full" else span // stride[i]) + 1
+        out.append(o)
+        extra.append(max(0, (o - 1) * stride[i] + kernel[i] - (in_shape[2 + i] + 2 * pad[i])))
+    return kernel, stride, pad, tuple(out), tuple(extra)
+
+
+def _pool_shape(p, s):
+    data = s[0]
+    if data is None:
+        if not p.global_pool:
+            _pool_window(p, len(p.kernel) + 2)  # attribute errors surface early
+        return s, [None]
+    *_, out, _ = _pool_geometry(p, data)
+    return [data], [tuple(data[:2]) + out]
+
+
+def _window_args(kernel, stride, pad, extra):
+    return ((1, 1) + kernel, (1, 1) + stride,
+            [(0, 0), (0, 0)] + [(q, q + e) for q, e in zip(pad, extra)])
+
+
+def _avg_divisor(p, in_spatial, kernel, stride, pad, out):
+    """Per output window, how many elements MXNet divides by (a constant).
+
+    With count_include_pad the window is clipped to the padded input, else
+    to the input itself; a window with nothing to count divides by 0 (NaN).
+    """
+    include = p.count_include_pad is None or p.count_include_pad
+    counts = []
+    for i, o in enumerate(out):
+        start = np.arange(o) * stride[i] - pad[i]
+        end = np.minimum(start + kernel[i], in_spatial[i] + pad[i])
+        if not include:
+            start, end = np.maximum(start, 0), np.minimum(end, in_spatial[i])
+        counts.append(np.maximum(end - start, 0))
+    div = counts[0]
+    for c in counts[1:]:
+        div = np.multiply.outer(div, c)
+    return div
+
+
+def _pool_lower(p, ctx, x):
+    kernel, stride, pad, out, extra = _pool_geometry(p, x.shape)
+    window, strides, padding = _window_args(kernel, stride, pad, extra)
+    if p.pool_type == "max":
+        return lax.reduce_window(x, np.array(-np.inf, x.dtype), lax.max, window, strides, padding)
+    total = lax.reduce_window(x, np.zeros((), x.dtype), lax.add, window, strides, padding)
+    if p.pool_type == "sum":
+        return total
+    return total / _avg_divisor(p, x.shape[2:], kernel, stride, pad, out).astype(x.dtype)
+
+
+def _pool_flops(p, ins, outs):
+    kernel = tuple(ins[0][2:]) if p.global_pool else tuple(p.kernel)
+    return numel(outs[0]) * numel(kernel)
+
+
+_pool = register(OpDef(
+    name="Pooling", attrs=POOL_ATTRS, lower=_pool_lower, infer_shape=_pool_shape,
+    flops=_pool_flops,
+    doc="max/avg/sum pooling; pooling_convention full rounds the output size up.",
+    samples=[
+        Sample({"kernel": (2, 2), "stride": (2, 2)}, [(2, 3, 6, 6)]),
+        Sample({"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1),
+                "pooling_convention": "full"}, [(2, 2, 7, 6)]),
+        Sample({"kernel": (3, 2), "stride": (2, 3), "pooling_convention": "full"},
+               [(1, 2, 6, 7)]),
+        Sample({"kernel": (3, 3), "pad": (1, 1), "pool_type": "avg"}, [(2, 2, 4, 5)]),
+        Sample({"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1), "pool_type": "avg",
+                "count_include_pad": False, "pooling_convention": "full"}, [(1, 2, 6, 5)]),
+        Sample({"kernel": (2, 3), "stride": (2, 2), "pool_type": "avg"}, [(2, 2, 5, 7)]),
+        Sample({"kernel": (2, 2), "pool_type": "sum"}, [(2, 2, 4, 3)]),
+        Sample({"kernel": (2, 2), "stride": (2, 1), "pad": (1, 0), "pool_type": "sum",
+                "pooling_convention": "full"}, [(1, 2, 4, 3)]),
+        Sample({"global_pool": True, "kernel": (7, 7)}, [(2, 3, 3, 4)]),
+        Sample({"global_pool": True, "pool_type": "avg"}, [(2, 3, 3, 4)]),
+        Sample({"global_pool": True, "pool_type": "sum"}, [(2, 3, 5)]),
+        Sample({"kernel": (3,), "stride": (2,), "layout": "NCW"}, [(2, 3, 8)]),
+        Sample({"kernel": (2, 2, 2), "stride": (1, 2, 2), "pool_type": "avg"},
+               [(1, 2, 3, 4, 4)]),
+    ]))
+
+
+def _pool_backward_reads(p) -> list[str]:
+    """What _backward_Pooling reads besides the output gradient.
+
+    max reads the input and output (never an index tensor). avg/sum read the
+    input only for its shape, and only where the pooled shape does not
+    determine it (a stride > 1 rounds, global_pool forgets the window).
+    """
+    if p.pool_type == "max":
+        return ["data", "output"]
+    stride = () if p.global_pool else _per_dim(p, "stride", 1, len(p.kernel), 1)
+    return ["data"] if p.global_pool or any(s > 1 for s in stride) else []
+
+
+def _pool_input_shape(p, og_shape):
+    # stride 1 everywhere: out = in + 2 pad - k + 1 under either convention
+    kernel, _, pad = _pool_window(p, len(og_shape))
+    return tuple(og_shape[:2]) + tuple(o - 1 + k - 2 * q
+                                       for o, k, q in zip(og_shape[2:], kernel, pad))
+
+
+def _max_pool_backward(p, x, y, dy):
+    """dx: each window's gradient goes to the first position (row-major, as in
+    MXNet) whose input equals the window's max -- compares against the
+    output instead of saving argmax indices; no scatter."""
+    kernel, stride, pad, out, extra = _pool_geometry(p, x.shape)
+    if p.global_pool:
+        flat = x.reshape(x.shape[:2] + (-1,))
+        hit = flat == y.reshape(y.shape[:2] + (1,))
+        first = hit & (jnp.cumsum(hit, axis=-1) == 1)
+        return jnp.where(first, dy.reshape(dy.shape[:2] + (1,)), 0).reshape(x.shape)
+    padding = [(0, 0), (0, 0)] + [(q, q + e) for q, e in zip(pad, extra)]
+    xp = jnp.pad(x, padding, constant_values=-jnp.inf)
+    dxp = jnp.zeros(xp.shape, dy.dtype)
+    taken = jnp.zeros(y.shape, bool)
+    for off in itertools.product(*[range(k) for k in kernel]):
+        window = (slice(None),) * 2 + tuple(
+            slice(o, o + (m - 1) * s + 1, s) for o, m, s in zip(off, out, stride))
+        hit = (xp[window] == y) & ~taken
+        taken = taken | hit
+        # place the window's gradient back on the input grid: pad with stride-1
+        # zeros between elements and the offset before
+        grid = [(0, 0, 0), (0, 0, 0)] + [
+            (o, xp.shape[2 + i] - o - (m - 1) * s - 1, s - 1)
+            for i, (o, m, s) in enumerate(zip(off, out, stride))]
+        dxp = dxp + lax.pad(jnp.where(hit, dy, 0), np.zeros((), dy.dtype), grid)
+    crop = (slice(None),) * 2 + tuple(slice(q, q + d) for q, d in zip(pad, x.shape[2:]))
+    return dxp[crop]
+
+
+def _pool_backward_lower(p, ctx, dy, *read):
+    if p.pool_type == "max":
+        x, y = read
+        return _max_pool_backward(p, x, y, dy)
+    in_shape = read[0].shape if read else _pool_input_shape(p, dy.shape)
+    kernel, stride, pad, out, extra = _pool_geometry(p, in_shape)
+    if p.pool_type == "avg":
+        dy = dy / _avg_divisor(p, in_shape[2:], kernel, stride, pad, out).astype(dy.dtype)
+    window, strides, padding = _window_args(kernel, stride, pad, extra)
+    # the window sum is linear: its transpose spreads each dy over its window
+    summed = lambda v: lax.reduce_window(v, np.zeros((), dy.dtype), lax.add, window,
+                                         strides, padding)
+    (dx,) = jax.linear_transpose(summed, jax.ShapeDtypeStruct(in_shape, dy.dtype))(dy)
+    return dx
+
+
+def _pool_backward_shape(p, s):
+    if p.pool_type == "max" or _pool_backward_reads(p):
+        return s, [s[1]]
+    return s, [None if s[0] is None else _pool_input_shape(p, s[0])]
+
+
+# max: dx = dy at the first max of each window; avg: dx = sum of dy/count over
+# windows; sum: the same without the count
+register(OpDef(
+    name="_backward_Pooling", attrs=POOL_ATTRS,
+    arguments=lambda p: ["ograd_output"] + [f"in_{a}" if a == "data" else "out_output"
+                                             for a in _pool_backward_reads(p)],
+    outputs=("grad_data",), lower=_pool_backward_lower, infer_shape=_pool_backward_shape,
+    doc="Gradient of Pooling; max reads input and output, avg/sum the output gradient "
+        "(and the input for its shape where strides hide it)."))
+
+
+def _pool_gradient(g, node, og):
+    if not g.need[0]:
+        return [None]
+    reads = _pool_backward_reads(node.params)
+    ins = [og[0]] + [node.inputs[0] if r == "data" else g.output(node, 0) for r in reads]
+    return [g.op("_backward_Pooling", ins, _attrs_of(node))[0]]
+
+
+_pool.gradient = _pool_gradient
+
+
+# --------------------------------------------------------------------------
+# BatchNorm: y = gamma (x - mean) / sqrt(var + eps) + beta per channel
+# --------------------------------------------------------------------------
+def _bn_visible(p):
+    return 3 if p.output_mean_var else 1
+
+
+def _bn_shape(p, s):
+    data = s[0]
+    if data is None:
+        return s, [None, None, None]
+    c = (data[_axis(p.axis, len(data), "axis")],)
+    return [data, c, c, c, c], [data, c, c]
+
+
+def _bn_bcast(p, ndim):
+    ax = _axis(p.axis, ndim, "axis")
+    return ax, tuple(i for i in range(ndim) if i != ax), (
+        lambda v: v.reshape(tuple(-1 if i == ax else 1 for i in range(ndim))))
+
+
+def _bn_uses_batch(p, ctx) -> bool:
+    return ctx.is_train and not p.use_global_stats
+
+
+def _bn_lower(p, ctx, x, gamma, beta, moving_mean, moving_var):
+    """Outputs (y, mean, inverse std) and, in training, the new moving stats.
+
+    Like MXNet 1.x the hidden ``var`` output holds the inverse standard
+    deviation 1/sqrt(var + eps), not the variance; the moving variance is
+    updated with the biased batch variance (MXNet's CPU kernel does too).
+    """
+    _, red, b = _bn_bcast(p, x.ndim)
+    if _bn_uses_batch(p, ctx):
+        mean = x.mean(axis=red)
+        var = jnp.square(x - b(mean)).mean(axis=red)
+    else:
+        mean, var = moving_mean, moving_var
+    invstd = lax.rsqrt(var + p.eps)
+    scale = invstd if p.fix_gamma else invstd * gamma
+    y = (x - b(mean)) * b(scale) + b(beta)
+    # MXNet's backward ignores gradients arriving at mean/var: so do we
+    outs = (y, lax.stop_gradient(mean), lax.stop_gradient(invstd))
+    if not _bn_uses_batch(p, ctx):
+        return outs, None
+    m = p.momentum
+    new_aux = (moving_mean * m + lax.stop_gradient(mean) * (1 - m),
+               moving_var * m + lax.stop_gradient(var) * (1 - m))
+    return outs, new_aux
+
+
+def _bn_flops(p, ins, outs):
+    return 5 * numel(ins[0])  # subtract, scale, shift plus the two statistics
+
+
+_bn = register(OpDef(
+    name="BatchNorm",
+    attrs={"eps": Attr(float_attr, 1e-3), "momentum": Attr(float_attr, 0.9),
+           "fix_gamma": Attr(bool_attr, True, "gamma is taken as 1 and gets no gradient"),
+           "use_global_stats": Attr(bool_attr, False, "use the moving stats in training too"),
+           "output_mean_var": Attr(bool_attr, False, "make mean and inverse std visible"),
+           "axis": Attr(int_attr, 1, "the channel axis"),
+           "cudnn_off": Attr(bool_attr, False, "accepted, no effect"),
+           "min_calib_range": Attr(_optional_float_attr, None, "quantization; no effect"),
+           "max_calib_range": Attr(_optional_float_attr, None, "quantization; no effect")},
+    arguments=("data", "gamma", "beta"), aux=("moving_mean", "moving_var"),
+    outputs=("output", "mean", "var"), visible_outputs=_bn_visible,
+    lower=_bn_lower, infer_shape=_bn_shape, flops=_bn_flops,
+    doc="Batch normalisation; hidden outputs mean and inverse std (MXNet 1.x).",
+    samples=[
+        Sample({}, [(4, 3, 2, 2)], low=0.1, high=1.0),
+        Sample({"fix_gamma": False, "eps": 1e-5}, [(3, 2, 3)], low=0.1, high=1.0),
+        Sample({"fix_gamma": False, "output_mean_var": True}, [(4, 3, 2)], low=0.1, high=1.0),
+        Sample({"fix_gamma": False, "use_global_stats": True}, [(3, 2, 2, 2)], low=0.1,
+               high=1.0),
+        Sample({"fix_gamma": False, "axis": -1, "momentum": 0.5}, [(3, 2, 4)], low=0.1,
+               high=1.0),
+        Sample({"fix_gamma": False}, [(6, 4)], low=0.1, high=1.0),
+    ]))
+
+
+# xh = (x - mean) invstd; dbeta = sum(dy); dgamma = sum(dy xh) (0 with fix_gamma);
+# batch stats: dx = gamma invstd (dy - mean(dy) - xh mean(dy xh)); fixed: dx = gamma invstd dy
+def _bn_backward(p, ctx, og, ins, outs):
+    (dy,), (x, gamma), (mean, invstd) = og, ins, outs
+    _, red, b = _bn_bcast(p, x.ndim)
+    xh = (x - b(mean)) * b(invstd)
+    dbeta = dy.sum(axis=red)
+    dgamma = (dy * xh).sum(axis=red)
+    scale = invstd if p.fix_gamma else invstd * gamma
+    if _bn_uses_batch(p, ctx):
+        m = x.size // x.shape[_axis(p.axis, x.ndim, "axis")]
+        dx = b(scale) * (dy - b(dbeta / m) - xh * b(dgamma / m))
+    else:
+        dx = dy * b(scale)
+    return [dx, jnp.zeros_like(gamma) if p.fix_gamma else dgamma, dbeta]
+
+
+def _bn_backward_shape(p, s):
+    og, x, gamma = s[:3]
+    grads = [x, gamma, gamma]
+    need = list(p.need) if p.need else [1, 1, 1]
+    return s, [gr for gr, m in zip(grads, need) if m]
+
+
+# reads data, gamma and the saved mean / inverse std -- not the output
+register_backward(_bn, reads_inputs=(0, 1), reads_outputs=(1, 2), reads_ograds=(0,),
+                  lower=_bn_backward, infer_shape=_bn_backward_shape)
+
+
+# --------------------------------------------------------------------------
+# Dropout: y = x * mask, mask = keep / (1 - p), keep ~ Bernoulli(1 - p)
+# --------------------------------------------------------------------------
+def _prob_attr(v):
+    x = float_attr(v)
+    if not 0.0 <= x < 1.0:
+        raise ValueError(f"expected a probability in [0, 1), got {x}")
+    return x
+
+
+def _dropout_mask_shape(p, shape):
+    axes = {_axis(a, len(shape), "axes") for a in p.axes}
+    return tuple(1 if i in axes else d for i, d in enumerate(shape))
+
+
+def _dropout_shape(p, s):
+    data = s[0]
+    return s, [data, None if data is None else _dropout_mask_shape(p, data)]
+
+
+def _dropout_lower(p, ctx, x):
+    """(y, mask). As in MXNet the hidden mask holds the scaled keep mask
+    (0 or 1/(1-p)); when dropout is off it is all ones, so the backward
+    dx = dy * mask is right in both cases without knowing the mode."""
+    shape = _dropout_mask_shape(p, x.shape)
+    if not (ctx.is_train or p.mode == "always") or p.p == 0:
+        return x, jnp.ones(shape, x.dtype)
+    keep = jax.random.bernoulli(ctx.rng(), 1.0 - p.p, shape)
+    mask = keep.astype(x.dtype) * (1.0 / (1.0 - p.p))
+    return x * mask, mask
+
+
+_dropout = register(OpDef(
+    name="Dropout",
+    attrs={"p": Attr(_prob_attr, 0.5, "probability of dropping an element"),
+           "mode": Attr(choice_attr("training", "always"), "training",
+                        "training: identity outside training; always: drop in inference too"),
+           "axes": Attr(shape_attr, (), "axes along which one mask value is shared")},
+    outputs=("output", "mask"), visible_outputs=1, needs_rng=True,
+    lower=_dropout_lower, infer_shape=_dropout_shape, inplace=[(0, 0)],
+    # two outputs and a random draw: not a plain elementwise op for fusion
+    category="opaque", flops=lambda p, ins, outs: numel(ins[0]),
+    doc="Dropout; the hidden mask output holds 0 or 1/(1-p) per element.",
+    samples=[Sample({}, [(4, 5)]), Sample({"p": 0.3, "axes": (1,)}, [(3, 4, 2)]),
+             Sample({"p": 0.2, "mode": "always"}, [(2, 3, 2)])]))
+
+# dx = dy * mask (mask already carries 1/(1-p)) -- reads the mask only
+register_backward(_dropout, reads_inputs=(), reads_outputs=(1,),
+                  lower=lambda p, ctx, og, ins, outs: [og[0] * outs[0]],
+                  infer_shape=lambda p, s: (s, [s[0]]), inplace=[(0, 0)],
+                  category="elementwise")
+
+
+# --------------------------------------------------------------------------
+# LRN across channels: y = x / (knorm + alpha/nsize * sum_window x^2)^beta
+# --------------------------------------------------------------------------
+def _odd_int_attr(v):
+    n = int_attr(v)
+    if n < 1 or n % 2 == 0:
+        raise ValueError(f"expected an odd positive window size (MXNet's LRN), got {n}")
+    return n
+
+
+def _channel_window_sum(p, v):
+    """sum over channels c - nsize//2 .. c + nsize//2 (zeros beyond the edges)."""
+    h = p.nsize // 2
+    window = (1, p.nsize) + (1,) * (v.ndim - 2)
+    return lax.reduce_window(v, np.zeros((), v.dtype), lax.add, window, (1,) * v.ndim,
+                             [(0, 0), (h, h)] + [(0, 0)] * (v.ndim - 2))
+
+
+def _lrn_shape(p, s):
+    data = s[0]
+    if data is not None and len(data) < 3:
+        raise ShapeError(f"LRN needs an input with channels and spatial axes (NCHW), "
+                         f"got {tuple(data)}")
+    return s, [data, data]
+
+
+def _lrn_lower(p, ctx, x):
+    norm = p.knorm + (p.alpha / p.nsize) * _channel_window_sum(p, x * x)
+    return x * norm ** (-p.beta), norm
+
+
+_lrn = register(OpDef(
+    name="LRN",
+    attrs={"alpha": Attr(float_attr, 1e-4), "beta": Attr(float_attr, 0.75),
+           "knorm": Attr(float_attr, 2.0), "nsize": Attr(_odd_int_attr, doc="odd channel window")},
+    outputs=("output", "tmp_norm"), visible_outputs=1, lower=_lrn_lower,
+    infer_shape=_lrn_shape, category="opaque",
+    flops=lambda p, ins, outs: numel(ins[0]) * (p.nsize + 4),
+    doc="Local response normalisation across channels; hidden output tmp_norm (MXNet).",
+    samples=[Sample({"nsize": 3}, [(2, 5, 2, 3)]),
+             Sample({"nsize": 5, "alpha": 0.5, "beta": 0.6, "knorm": 1.0}, [(1, 6, 3, 2)]),
+             Sample({"nsize": 3, "alpha": 2.0, "beta": 1.5, "knorm": 1.5}, [(2, 4, 3)])]))
+
+
+# n = k + a/s W(x^2), y = x n^-b; dx = dy n^-b - (2ab/s) x W(dy x n^(-b-1)),
+# W symmetric so it is its own transpose -- reads data and tmp_norm
+def _lrn_backward(p, ctx, og, ins, outs):
+    (dy,), (x,), (norm,) = og, ins, outs
+    scaled = dy * x * norm ** (-p.beta - 1)
+    return [dy * norm ** (-p.beta)
+            - (2 * p.alpha * p.beta / p.nsize) * x * _channel_window_sum(p, scaled)]
+
+
+register_backward(_lrn, reads_inputs=(0,), reads_outputs=(1,), lower=_lrn_backward,
+                  infer_shape=lambda p, s: (s, [s[1]]))
+
+
+# --------------------------------------------------------------------------
+# LeakyReLU family: leaky, elu, selu, gelu and prelu (learned slope per channel).
+# rrelu (random slope) is not implemented.
+# --------------------------------------------------------------------------
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_LAMBDA = 1.0507009873554804934193349852946
+
+
+def _lrelu_forward(p, x, gamma=None):
+    t = p.act_type
+    if t == "leaky":
+        return jnp.where(x > 0, x, p.slope * x)
+    if t == "elu":
+        return jnp.where(x > 0, x, p.slope * jnp.expm1(x))
+    if t == "selu":
+        return _SELU_LAMBDA * jnp.where(x > 0, x, _SELU_ALPHA * jnp.expm1(x))
+    if t == "gelu":  # MXNet 1.x uses the exact erf form
+        return 0.5 * x * (1 + jax.scipy.special.erf(x / math.sqrt(2)))
+    return jnp.where(x > 0, x, _prelu_gamma(gamma, x.ndim) * x)
+
+
+def _prelu_gamma(gamma, ndim):
+    return gamma.reshape((1, -1) + (1,) * (ndim - 2)) if ndim >= 2 else gamma
+
+
+def _lrelu_reads_output(p) -> bool:
+    # with a non-negative slope, y > 0 exactly where x > 0, and the derivative
+    # can be written in y: the input may then be overwritten in place
+    return p.act_type == "selu" or (p.act_type in ("leaky", "elu") and p.slope >= 0)
+
+
+def _lrelu_shape(p, s):
+    data = s[0]
+    if p.act_type != "prelu" or data is None:
+        return [data] * len(s), [data]
+    gamma = s[1]
+    if gamma is not None and tuple(gamma) == (1,):
+        return s, [data]  # one slope shared by every channel
+    return [data, (data[1] if len(data) >= 2 else 1,)], [data]
+
+
+_lrelu = register(OpDef(
+    name="LeakyReLU",
+    attrs={"act_type": Attr(choice_attr("leaky", "elu", "prelu", "selu", "gelu"), "leaky",
+                            "rrelu is not supported"),
+           "slope": Attr(float_attr, 0.25), "lower_bound": Attr(float_attr, 0.125,
+                                                                  "rrelu only"),
+           "upper_bound": Attr(float_attr, 0.334, "rrelu only")},
+    arguments=lambda p: ["data", "gamma"] if p.act_type == "prelu" else ["data"],
+    lower=lambda p, ctx, x, gamma=None: _lrelu_forward(p, x, gamma),
+    infer_shape=_lrelu_shape, inplace=[(0, 0)], category="elementwise",
+    flops=lambda p, ins, outs: numel(outs[0]),
+    doc="leaky, elu, selu, gelu (erf) or prelu (gamma: one slope per channel, axis 1).",
+    samples=[Sample({}, [(3, 4)]), Sample({"slope": -0.5}, [(2, 3, 2)]),
+             Sample({"act_type": "elu", "slope": 0.7}, [(3, 4)]),
+             Sample({"act_type": "elu", "slope": -0.3}, [(3, 4)]),
+             Sample({"act_type": "selu"}, [(2, 3, 2)]),
+             Sample({"act_type": "gelu"}, [(3, 4)], low=-3.0, high=3.0),
+             Sample({"act_type": "prelu"}, [(2, 3, 2, 2)]),
+             Sample({"act_type": "prelu"}, [(4, 3), (1,)])]))
+
+
+def _lrelu_backward_lower(p, ctx, dy, v, gamma=None):
+    """dx for leaky/elu/selu/gelu from v = the output or the input; for prelu
+    (v = input) also dgamma. Math per act_type in the comments."""
+    t = p.act_type
+    if _lrelu_reads_output(p):
+        if t == "leaky":  # y = x or slope x; dx = dy (1 or slope)
+            return jnp.where(v > 0, dy, p.slope * dy)
+        if t == "elu":  # y = slope (e^x - 1) for x <= 0; dy/dx = y + slope
+            return jnp.where(v > 0, dy, dy * (v + p.slope))
+        # selu: y = L a (e^x - 1) for x <= 0; dy/dx = y + L a
+        return jnp.where(v > 0, _SELU_LAMBDA * dy, dy * (v + _SELU_LAMBDA * _SELU_ALPHA))
+    if t == "leaky":
+        return jnp.where(v > 0, dy, p.slope * dy)
+    if t == "elu":  # dx = dy slope e^x for x <= 0
+        return jnp.where(v > 0, dy, dy * p.slope * jnp.exp(v))
+    if t == "gelu":  # y = x Phi(x); dx = dy (Phi(x) + x phi(x))
+        cdf = 0.5 * (1 + jax.scipy.special.erf(v / math.sqrt(2)))
+        pdf = jnp.exp(-0.5 * v * v) / math.sqrt(2 * math.pi)
+        return dy * (cdf + v * pdf)
+    # prelu: y = x or gamma_c x; dx = dy (1 or gamma_c); dgamma_c = sum dy x [x <= 0]
+    need = list(p.need) if p.need else [1, 1]
+    out = []
+    if need[0]:
+        out.append(jnp.where(v > 0, dy, _prelu_gamma(gamma, v.ndim) * dy))
+    if need[1]:
+        contrib = jnp.where(v > 0, 0, dy * v)
+        if gamma.shape == (1,) or v.ndim < 2:
+            out.append(contrib.sum().reshape(gamma.shape))
+        else:
+            out.append(contrib.sum(axis=_spatial_axes(v.ndim)))
+    return tuple(out)
+
+
+def _lrelu_backward_shape(p, s):
+    if p.act_type != "prelu":
+        return s, [s[1]]
+    need = list(p.need) if p.need else [1, 1]
+    return s, [x for x, m in zip([s[1], s[2]], need) if m]
+
+
+register(OpDef(
+    name="_backward_LeakyReLU",
+    attrs={**_lrelu.attrs, "need": Attr(shape_attr, (), "prelu: which gradients to compute")},
+    arguments=lambda p: (["ograd", "in_data", "in_gamma"] if p.act_type == "prelu" else
+                         ["ograd", "out_output" if _lrelu_reads_output(p) else "in_data"]),
+    outputs=lambda p: ([n for n, m in zip(["grad_data", "grad_gamma"],
+                                          list(p.need) or [1, 1]) if m]
+                       if p.act_type == "prelu" else ["grad_data"]),
+    lower=_lrelu_backward_lower, infer_shape=_lrelu_backward_shape,
+    inplace=[(0, 0)], category="opaque",  # prelu's gamma gradient is a reduction
+    doc="Gradient of LeakyReLU; reads the output for leaky/elu (slope >= 0) and selu."))
+
+
+def _lrelu_gradient(g, node, og):
+    p = node.params
+    if p.act_type == "prelu":
+        want = tuple(1 if n else 0 for n in g.need)
+        if not any(want):
+            return [None, None]
+        outs = iter(g.op("_backward_LeakyReLU", [og[0], node.inputs[0], node.inputs[1]],
+                         {**_attrs_of(node), "need": want}))
+        return [next(outs) if m else None for m in want]
+    v = g.output(node, 0) if _lrelu_reads_output(p) else node.inputs[0]
+    return [g.op("_backward_LeakyReLU", [og[0], v], _attrs_of(node))[0]]
+
+
+_lrelu.gradient = _lrelu_gradient
+
+
+# --------------------------------------------------------------------------
+# Embedding: y[..., :] = weight[index]; indices are floats holding integers
+# (MXNet) and are clipped to [0, input_dim - 1] as MXNet's kernel does
+# --------------------------------------------------------------------------
+def _embedding_shape(p, s):
+    data = s[0]
+    want = [data, (p.input_dim, p.output_dim)]
+    return want, [None if data is None else tuple(data) + (p.output_dim,)]
+
+
+def _embedding_type(p, in_types, num_outputs):
+    weight = in_types[1] or p.dtype
+    return [in_types[0], weight], [weight]
+
+
+def _indices(p, data):
+    return jnp.clip(data.astype(jnp.int32), 0, p.input_dim - 1)
+
+
+_embedding = register(OpDef(
+    name="Embedding",
+    attrs={"input_dim": Attr(int_attr, doc="vocabulary size"),
+           "output_dim": Attr(int_attr, doc="embedding size"),
+           "dtype": Attr(dtype_attr, "float32", "dtype of weight and output"),
+           "sparse_grad": Attr(bool_attr, False, "accepted; the gradient is always dense")},
+    arguments=("data", "weight"), infer_shape=_embedding_shape, infer_type=_embedding_type,
+    lower=lambda p, ctx, data, w: jnp.take(w, _indices(p, data), axis=0),
+    flops=lambda p, ins, outs: 0, category="opaque",
+    doc="Lookup table; data holds indices (as floats, like MXNet), clipped to the table.",
+    samples=[Sample({"input_dim": 7, "output_dim": 3}, [(2, 5)], ints={0: 7}),
+             Sample({"input_dim": 4, "output_dim": 2}, [(3, 2, 2)], ints={0: 4}),
+             Sample({"input_dim": 5, "output_dim": 4, "dtype": "float64"}, [(6,)],
+                    ints={0: 5})]))
+
+
+# y = weight[i]; dweight = scatter-add of dy at rows i; the indices get no gradient
+def _embedding_backward(p, ctx, dy, data):
+    idx = _indices(p, data).reshape(-1)
+    rows = dy.reshape(-1, p.output_dim)
+    return jnp.zeros((p.input_dim, p.output_dim), dy.dtype).at[idx].add(rows)
+
+
+register(OpDef(
+    name="_backward_Embedding", attrs=dict(_embedding.attrs), arguments=("ograd", "in_data"),
+    outputs=("grad_weight",), lower=_embedding_backward,
+    infer_shape=lambda p, s: (s, [(p.input_dim, p.output_dim)]),
+    doc="Gradient of Embedding's weight; reads the output gradient and the indices."))
+
+
+def _embedding_gradient(g, node, og):
+    if not g.need[1]:
+        return [None, None]
+    dw = g.op("_backward_Embedding", [og[0], node.inputs[0]], _attrs_of(node))[0]
+    return [None, dw]
+
+
+_embedding.gradient = _embedding_gradient

@@ -1,1 +1,201 @@
-"""Reductions (sum, mean, max) and softmax / log_softmax."""
+"""Reductions (sum, mean, max, min, prod) and softmax / log_softmax.
+
+Reductions follow MXNet 1.x: ``axis`` is None, an int or a tuple (None or
+``()`` reduces every axis), ``exclude`` reduces every axis *but* those, and
+a reduction to a scalar without ``keepdims`` has shape ``(1,)``, not ``()``.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..errors import ShapeError
+from .backward import register_backward
+from .elementwise import broadcast_shape, same_shape_bwd, sum_to_shape
+from .registry import (Attr, OpDef, Sample, bool_attr, float_attr, int_attr, numel,
+                       optional_shape_attr, register)
+
+
+def _input_flops(p, in_shapes, out_shapes):
+    return numel(in_shapes[0])
+
+
+# --------------------------------------------------------------------------
+# axis reductions
+# --------------------------------------------------------------------------
+def reduce_axes(p, ndim: int) -> tuple:
+    """The sorted axes that reduction ``p`` reduces for an input of rank ``ndim``."""
+    if not p.axis:
+        return tuple(range(ndim))  # MXNet ignores exclude here
+    axes = []
+    for a in p.axis:
+        if not -ndim <= a < ndim:
+            raise ShapeError(f"reduction axis {a} is out of range for an input of rank {ndim}")
+        axes.append(a % ndim)
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"reduction axes {p.axis} name an axis twice")
+    if p.exclude:
+        axes = [i for i in range(ndim) if i not in axes]
+    return tuple(sorted(axes))
+
+
+def reduce_shape(p, shape) -> tuple:
+    """Output shape of reduction ``p`` on ``shape``; (1,) for a full reduction."""
+    axes = reduce_axes(p, len(shape))
+    if p.keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes) or (1,)
+
+
+def _keep_shape(p, shape) -> tuple:
+    """The output shape with the reduced axes kept as 1 (it broadcasts to ``shape``)."""
+    axes = reduce_axes(p, len(shape))
+    return tuple(1 if i in axes else d for i, d in enumerate(shape))
+
+
+def _reduce_infer(p, s):
+    return s, [None if s[0] is None else reduce_shape(p, s[0])]
+
+
+REDUCE_ATTRS = {
+    "axis": Attr(optional_shape_attr, None, "axes to reduce (int or tuple); None: all"),
+    "keepdims": Attr(bool_attr, False, "keep reduced axes with size 1"),
+    "exclude": Attr(bool_attr, False, "reduce every axis except those in axis"),
+}
+REDUCE_SAMPLES = [Sample({}, [(2, 3, 4)]), Sample({"axis": 1}, [(2, 3, 4)]),
+                  Sample({"axis": (0, 2), "keepdims": True}, [(2, 3, 4)]),
+                  Sample({"axis": -1, "exclude": True}, [(2, 3, 4)]),
+                  Sample({"axis": (0, 1), "exclude": True, "keepdims": True}, [(2, 3, 4)]),
+                  Sample({"axis": (0, 1)}, [(2, 3)])]
+
+
+def _reduction(name, fn, *, aliases=(), doc=""):
+    def lower(p, ctx, x):
+        return fn(x, axis=reduce_axes(p, x.ndim), keepdims=True).reshape(reduce_shape(p, x.shape))
+
+    return register(OpDef(
+        name=name, attrs=REDUCE_ATTRS, lower=lower, infer_shape=_reduce_infer,
+        category="reduction", flops=_input_flops, samples=REDUCE_SAMPLES, aliases=aliases,
+        doc=doc))
+
+
+# y = sum(x, axes); dx = broadcast(dy)  (reads x's shape only)
+register_backward(
+    _reduction("sum", jnp.sum, aliases=("sum_axis",), doc="Sum over axis."),
+    reads_inputs=(0,), inputs_for_shape_only=True, category="injective",
+    lower=lambda p, ctx, og, ins, outs: [
+        jnp.broadcast_to(og[0].reshape(_keep_shape(p, ins[0].shape)), ins[0].shape)])
+
+
+# y = mean(x, axes); dx = broadcast(dy) / n, n = elements averaged per output
+# (reads x's shape only)
+def _mean_backward(p, ctx, og, ins, outs):
+    shape = ins[0].shape
+    n = numel(shape) // max(numel(og[0].shape), 1)
+    return [jnp.broadcast_to(og[0].reshape(_keep_shape(p, shape)), shape) / n]
+
+
+register_backward(_reduction("mean", jnp.mean, doc="Mean over axis."), reads_inputs=(0,),
+                  inputs_for_shape_only=True, lower=_mean_backward, category="elementwise")
+
+
+# y = max(x, axes); dx = dy where x == y (every tied maximum gets dy, as in MXNet)
+def _chooser_backward(p, ctx, og, ins, outs):
+    x, keep = ins[0], _keep_shape(p, ins[0].shape)
+    return [jnp.where(x == outs[0].reshape(keep), og[0].reshape(keep), 0).astype(x.dtype)]
+
+
+register_backward(_reduction("max", jnp.max, aliases=("max_axis",), doc="Maximum over axis."),
+                  reads_inputs=(0,), reads_outputs=(0,), lower=_chooser_backward,
+                  category="elementwise")
+register_backward(_reduction("min", jnp.min, aliases=("min_axis",), doc="Minimum over axis."),
+                  reads_inputs=(0,), reads_outputs=(0,), lower=_chooser_backward,
+                  category="elementwise")
+
+# y = prod(x, axes); dx = dy y / x  (MXNet's rule; undefined where x == 0)
+register_backward(
+    _reduction("prod", jnp.prod, doc="Product over axis."),
+    reads_inputs=(0,), reads_outputs=(0,), category="elementwise",
+    lower=lambda p, ctx, og, ins, outs: [
+        og[0].reshape(_keep_shape(p, ins[0].shape))
+        * outs[0].reshape(_keep_shape(p, ins[0].shape)) / ins[0]])
+
+
+# --------------------------------------------------------------------------
+# _sum_to_like: data summed down to the shape of like, the inverse of
+# broadcasting like to data (the gradient of broadcast_add / broadcast_sub)
+# --------------------------------------------------------------------------
+def _sum_to_like_infer(p, s):
+    data, like = s
+    if data is not None and like is not None:
+        if len(like) > len(data) or broadcast_shape(like, data) != tuple(data):
+            raise ShapeError(f"like {tuple(like)} does not broadcast to data {tuple(data)}, "
+                             f"so data cannot be summed down to it")
+    return s, [like]
+
+
+register(OpDef(
+    name="_sum_to_like", arguments=("data", "like"),
+    lower=lambda p, ctx, x, like: sum_to_shape(x, like.shape), infer_shape=_sum_to_like_infer,
+    shape_inputs=(1,), category="reduction", flops=_input_flops,
+    samples=[Sample({}, [(3, 4), (3, 4)]), Sample({}, [(2, 3, 4), (3, 1)]),
+             Sample({}, [(2, 3), (1,)])],
+    doc="data summed over the axes along which like broadcasts to it; reads like's "
+        "shape only. The gradient of the broadcast ops."))
+
+
+# --------------------------------------------------------------------------
+# softmax / log_softmax along axis, with temperature
+# --------------------------------------------------------------------------
+def optional_float_attr(v):
+    if v is None or (isinstance(v, str) and v.strip() in ("None", "none", "")):
+        return None
+    return float_attr(v)
+
+
+SOFTMAX_ATTRS = {"axis": Attr(int_attr, -1, "the axis to normalise over"),
+                 "temperature": Attr(optional_float_attr, None, "divides the input; None = 1")}
+SOFTMAX_SAMPLES = [Sample({}, [(3, 4)]), Sample({"axis": 1}, [(2, 3, 4)]),
+                   Sample({"axis": 0, "temperature": 2.5}, [(3, 4)]),
+                   Sample({"axis": -2, "temperature": 0.5}, [(2, 3, 4)])]
+
+
+def _check_axis(p, s):
+    if s[0] is not None and not -len(s[0]) <= p.axis < len(s[0]):
+        raise ShapeError(f"axis={p.axis} is out of range for an input of rank {len(s[0])}")
+    return s, [s[0]]
+
+
+def _scaled(p, x):
+    return x if p.temperature is None else x / p.temperature
+
+
+def _inv_t(p):
+    return 1.0 if p.temperature is None else 1.0 / p.temperature
+
+
+def _softmax_flops(p, in_shapes, out_shapes):
+    return 5 * numel(in_shapes[0])  # max, subtract, exp, sum, divide
+
+
+_softmax = register(OpDef(
+    name="softmax", attrs=SOFTMAX_ATTRS,
+    lower=lambda p, ctx, x: jax.nn.softmax(_scaled(p, x), axis=p.axis), infer_shape=_check_axis,
+    inplace=[(0, 0)], category="opaque", flops=_softmax_flops, samples=SOFTMAX_SAMPLES,
+    doc="softmax(x / temperature) along axis."))
+# y = softmax(x / T); dx = y (dy - sum(dy y, axis)) / T  -- reads only y
+register_backward(
+    _softmax, reads_inputs=(), reads_outputs=(0,), infer_shape=same_shape_bwd, inplace=[(0, 0)],
+    lower=lambda p, ctx, og, ins, outs: [
+        outs[0] * (og[0] - jnp.sum(og[0] * outs[0], axis=p.axis, keepdims=True)) * _inv_t(p)])
+
+_log_softmax = register(OpDef(
+    name="log_softmax", attrs=SOFTMAX_ATTRS,
+    lower=lambda p, ctx, x: jax.nn.log_softmax(_scaled(p, x), axis=p.axis),
+    infer_shape=_check_axis, inplace=[(0, 0)], category="opaque", flops=_softmax_flops,
+    samples=SOFTMAX_SAMPLES, doc="log(softmax(x / temperature)) along axis."))
+# y = log_softmax(x / T); dx = (dy - exp(y) sum(dy, axis)) / T  -- reads only y
+register_backward(
+    _log_softmax, reads_inputs=(), reads_outputs=(0,), infer_shape=same_shape_bwd,
+    inplace=[(0, 0)], lower=lambda p, ctx, og, ins, outs: [
+        (og[0] - jnp.exp(outs[0]) * jnp.sum(og[0], axis=p.axis, keepdims=True)) * _inv_t(p)])

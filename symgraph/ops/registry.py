@@ -191,6 +191,9 @@ class OpDef:
     inplace(p) -> [(input index, output index)] pairs where the output may
         overwrite the input when the input dies at this op.
     category: 'elementwise' | 'injective' | 'reduction' | 'opaque'
+    shape_inputs(p) -> input indices read only for their shape and dtype
+        (``zeros_like``'s input, the ``like`` of ``_sum_to_like``): they do
+        not keep the tensor's data alive, and the planner knows it.
     """
 
     name: str
@@ -204,6 +207,7 @@ class OpDef:
     infer_type: Callable | None = None
     gradient: Callable | None = None
     inplace: Callable | Sequence = ()
+    shape_inputs: Callable | Sequence = ()
     category: str = "opaque"
     flops: Callable | None = None
     is_loss: bool = False
@@ -213,7 +217,7 @@ class OpDef:
     aliases: Sequence[str] = ()
 
     def __post_init__(self):
-        for fname in ("arguments", "aux", "outputs", "inplace"):
+        for fname in ("arguments", "aux", "outputs", "inplace", "shape_inputs"):
             v = getattr(self, fname)
             if not callable(v):
                 setattr(self, fname, _const(list(v)))

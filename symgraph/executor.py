@@ -81,6 +81,8 @@ class Executor:
         self._saved = None
         self._programs: dict = {}
         self._wrt = [n for n in arg_names if self._grad_req[n] != "null"]
+        # check the bound shapes now: a wrong array is named before anything is traced
+        infer_shapes(g, {k: v.shape for k, v in {**self.arg_dict, **self.aux_dict}.items()})
 
     # -- construction ---------------------------------------------------------
     @classmethod
@@ -129,6 +131,8 @@ class Executor:
         g = self._graph
         if kind == "infer":
             prog = (jax.jit(lower(g, is_train=False)), None)
+        elif not self._wrt:  # training mode without any gradient: no backward
+            prog = (jax.jit(lower(g, is_train=True)), None, [], [])
         else:
             gg = build_gradient(g, self._wrt)
             fwd_ids = {id(n) for n in g.nodes}

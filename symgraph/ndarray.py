@@ -1,24 +1,90 @@
 """The imperative API over jax.Array, sharing the op registry.
 
-An NDArray is a mutable handle on an immutable ``jax.Array``: ``a[:] = b``
-and the executor's updates replace the array it holds.
+    import symgraph as sg
+    x = sg.nd.array([[1, 2], [3, 4]])            # float32, like MXNet
+    y = sg.nd.FullyConnected(x, w, b, num_hidden=3)   # any registered op
+    (x * 2 + 1).asnumpy()
+
+An NDArray is a mutable handle on an immutable ``jax.Array``: ``a[:] = b``,
+``a += b`` and the executor's updates replace the array it holds, so every
+holder of the handle sees the change (MXNet's in-place semantics). Arrays
+live on ``ctx.jax_device``; JAX runs asynchronously, ``wait_to_read`` and
+``waitall`` block.
+
+``nd.<Op>(...)`` runs a registered op eagerly: arrays are its inputs
+(positionally in the op's input order, or by input name), everything else
+is an attribute parsed by the op's schema. It builds a one-node graph, so
+shape errors and attribute errors read as they do for symbols, and jits it
+once per op, attributes and input shapes (a loop compiles once). Ops run in
+inference mode (BatchNorm uses its moving statistics, Dropout is identity);
+ops with several visible outputs return a list.
+
+``nd.save``/``nd.load`` store dicts or lists of arrays as NumPy ``.npz``
+(written atomically); that is not MXNet's binary ``.params`` format, which
+``nd.load`` also reads (MXNet's files load; symgraph's own ``.params``
+checkpoints are written by ``symgraph.train.checkpoint``).
 """
 from __future__ import annotations
+
+import json
+import numbers
+import os
+import struct
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .context import Context, current_context
-from .errors import BindError
+from .errors import ContextError, OpError, SerializationError, ShapeError
+
+_ARRAY_TYPES = (np.ndarray, jax.Array)
+
+
+def _dtype(dtype, default="float32"):
+    """A dtype from a name, type or dtype (``None`` -> ``default``)."""
+    if dtype is None:
+        dtype = default
+    try:
+        return jnp.dtype(dtype)
+    except TypeError:
+        raise ShapeError(f"unknown dtype {dtype!r}; use e.g. float32, float16, int32") from None
+
+
+def _shape(shape) -> tuple:
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)
+    try:
+        shape = tuple(int(d) for d in shape)
+    except TypeError:
+        raise ShapeError(f"a shape is an int or a tuple of ints, got {shape!r}") from None
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"shape {shape} has a negative dimension")
+    return shape
+
+
+def _device(ctx) -> jax.Device:
+    if ctx is None:
+        ctx = current_context()
+    if not isinstance(ctx, Context):
+        raise TypeError(f"ctx must be a Context such as sg.cpu(0), got {ctx!r}")
+    return ctx.jax_device  # ContextError when this machine has no such device
+
+
+def _device_of(x: jax.Array):
+    devs = x.devices()
+    return next(iter(devs)) if len(devs) == 1 else None
 
 
 class NDArray:
+    """A mutable handle on a ``jax.Array`` (see the module docstring)."""
+
     __slots__ = ("_data", "__weakref__")
 
     def __init__(self, data):
         self._data = data if isinstance(data, jax.Array) else jnp.asarray(data)
 
+    # -- the contract the executor relies on -------------------------------
     @property
     def data(self) -> jax.Array:
         return self._data
@@ -26,6 +92,7 @@ class NDArray:
     def _set(self, value) -> None:
         self._data = value
 
+    # -- properties -------------------------------------------------------------
     @property
     def shape(self) -> tuple:
         return tuple(self._data.shape)
@@ -48,29 +115,109 @@ class NDArray:
 
     ctx = context
 
+    @property
+    def T(self) -> "NDArray":
+        """The transpose (axes reversed)."""
+        return NDArray(self._data.T)
+
+    # -- host access -------------------------------------------------------------
     def asnumpy(self) -> np.ndarray:
+        """A NumPy copy (blocks until the value is computed)."""
         return np.asarray(self._data)
 
     def asscalar(self):
         if self.size != 1:
-            raise BindError(f"asscalar needs one element, this array has shape {self.shape}")
+            raise ShapeError(f"asscalar needs one element, this array has shape {self.shape}")
         return self.asnumpy().reshape(()).item()
 
+    def __float__(self):
+        return float(self.asscalar())
+
+    def __int__(self):
+        return int(self.asscalar())
+
+    def __bool__(self):
+        if self.size != 1:
+            raise ShapeError(f"the truth value of an array of shape {self.shape} is "
+                             f"ambiguous; use (a != 0).asnumpy().any() or .all()")
+        return bool(self.asscalar())
+
     def wait_to_read(self) -> "NDArray":
+        """Blocks until the value is computed."""
         self._data.block_until_ready()
         return self
 
+    # -- copies, devices, dtypes ---------------------------------------------------------
+    def copy(self) -> "NDArray":
+        """A new array with its own buffer, on the same device."""
+        return NDArray(jnp.copy(self._data))
+
+    def copyto(self, other):
+        """Copies into NDArray ``other`` (same shape; its dtype and device are
+        kept) and returns it, or to a new array on Context ``other``."""
+        if isinstance(other, NDArray):
+            if other.shape != self.shape:
+                raise ShapeError(f"copyto: source shape {self.shape} != target shape "
+                                 f"{other.shape}")
+            other[:] = self
+            return other
+        if isinstance(other, Context):
+            return NDArray(jax.device_put(jnp.copy(self._data), other.jax_device))
+        raise TypeError(f"copyto takes an NDArray or a Context, got {type(other).__name__}")
+
+    def as_in_context(self, ctx: Context) -> "NDArray":
+        """This array if it is on ``ctx`` already, else a copy there."""
+        dev = _device(ctx)
+        if _device_of(self._data) == dev:
+            return self
+        return NDArray(jax.device_put(self._data, dev))
+
+    def astype(self, dtype, copy: bool = True) -> "NDArray":
+        dt = _dtype(dtype)
+        if not copy and dt == self._data.dtype:
+            return self
+        return NDArray(self._data.astype(dt))
+
+    def reshape(self, *shape, reverse: bool = False, **kwargs) -> "NDArray":
+        """MXNet's reshape, special codes 0, -1, -2, -3, -4 included."""
+        if "shape" in kwargs:
+            shape = kwargs.pop("shape")
+        elif len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+            shape = shape[0]
+        if kwargs:
+            raise TypeError(f"reshape got unexpected arguments {', '.join(kwargs)}")
+        return _invoke("Reshape", (self,), {"shape": tuple(shape), "reverse": reverse})
+
+    # -- indexing ------------------------------------------------------------------
     def __setitem__(self, key, value):
+        key = key.data if isinstance(key, NDArray) else key
         v = value.data if isinstance(value, NDArray) else jnp.asarray(value)
         if isinstance(key, slice) and key == slice(None):
-            v = jnp.broadcast_to(v.astype(self._data.dtype), self._data.shape)
-            dev = next(iter(self._data.devices()))
-            self._data = jax.device_put(v, dev)
+            try:
+                v = jnp.broadcast_to(v.astype(self._data.dtype), self._data.shape)
+            except ValueError:
+                raise ShapeError(f"cannot assign an array of shape {tuple(v.shape)} to one of "
+                                 f"shape {self.shape}") from None
+            dev = _device_of(self._data)
+            self._data = jax.device_put(v, dev) if dev is not None else v
         else:
             self._data = self._data.at[key].set(v.astype(self._data.dtype))
 
     def __getitem__(self, key) -> "NDArray":
+        if isinstance(key, NDArray):
+            key = key.data
+        if isinstance(key, numbers.Integral) and not -len(self) <= key < len(self):
+            # JAX clamps out-of-range indices; Python iteration needs the error
+            raise IndexError(f"index {key} is out of range for axis 0 of size {len(self)}")
         return NDArray(self._data[key])
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
 
     def __array__(self, dtype=None, copy=None):
         a = np.asarray(self._data)
@@ -79,5 +226,400 @@ class NDArray:
     def __repr__(self):
         return f"\n{self.asnumpy()!r}\n<NDArray {'x'.join(map(str, self.shape))} @{self.context}>"
 
-    def __len__(self):
-        return self.shape[0]
+    # -- arithmetic: NumPy broadcasting, scalars keep the array's dtype --------------
+    def _operand(self, other):
+        if isinstance(other, NDArray):
+            dev_a, dev_b = _device_of(self._data), _device_of(other._data)
+            if dev_a is not None and dev_b is not None and dev_a != dev_b:
+                raise ContextError(f"arrays on {self.context} and {other.context}; move one "
+                                   f"with as_in_context")
+            return other._data
+        if isinstance(other, (numbers.Number, np.generic)):
+            # a Python scalar is weakly typed, so float32 stays float32
+            return other.item() if isinstance(other, np.generic) else other
+        if isinstance(other, _ARRAY_TYPES):
+            return jnp.asarray(other)
+        return None
+
+    def _binary(self, other, fn, reverse=False):
+        b = self._operand(other)
+        if b is None:
+            return NotImplemented
+        a = self._data
+        return NDArray(fn(b, a) if reverse else fn(a, b))
+
+    def _compare(self, other, fn):
+        b = self._operand(other)
+        if b is None:
+            return NotImplemented
+        # MXNet returns 0/1 in the operand's dtype, not booleans
+        return NDArray(fn(self._data, b).astype(self._data.dtype))
+
+    def _inplace(self, other, fn):
+        res = self._binary(other, fn)
+        if res is NotImplemented:
+            return res
+        self._data = res._data.astype(self._data.dtype)
+        return self
+
+    def __add__(self, o):
+        return self._binary(o, jnp.add)
+
+    def __radd__(self, o):
+        return self._binary(o, jnp.add, True)
+
+    def __sub__(self, o):
+        return self._binary(o, jnp.subtract)
+
+    def __rsub__(self, o):
+        return self._binary(o, jnp.subtract, True)
+
+    def __mul__(self, o):
+        return self._binary(o, jnp.multiply)
+
+    def __rmul__(self, o):
+        return self._binary(o, jnp.multiply, True)
+
+    def __truediv__(self, o):
+        return self._binary(o, jnp.divide)
+
+    def __rtruediv__(self, o):
+        return self._binary(o, jnp.divide, True)
+
+    def __mod__(self, o):
+        return self._binary(o, jnp.mod)
+
+    def __pow__(self, o):
+        return self._binary(o, jnp.power)
+
+    def __rpow__(self, o):
+        return self._binary(o, jnp.power, True)
+
+    def __iadd__(self, o):
+        return self._inplace(o, jnp.add)
+
+    def __isub__(self, o):
+        return self._inplace(o, jnp.subtract)
+
+    def __imul__(self, o):
+        return self._inplace(o, jnp.multiply)
+
+    def __itruediv__(self, o):
+        return self._inplace(o, jnp.divide)
+
+    def __ipow__(self, o):
+        return self._inplace(o, jnp.power)
+
+    def __neg__(self):
+        return NDArray(-self._data)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return NDArray(jnp.abs(self._data))
+
+    def __eq__(self, o):
+        return self._compare(o, jnp.equal)
+
+    def __ne__(self, o):
+        return self._compare(o, jnp.not_equal)
+
+    def __lt__(self, o):
+        return self._compare(o, jnp.less)
+
+    def __le__(self, o):
+        return self._compare(o, jnp.less_equal)
+
+    def __gt__(self, o):
+        return self._compare(o, jnp.greater)
+
+    def __ge__(self, o):
+        return self._compare(o, jnp.greater_equal)
+
+    __hash__ = object.__hash__  # a handle: identity, as MXNet's
+
+    # -- every registered op as a method: a.sum(axis=1), a.exp() -----------------
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        from .ops import get_op
+        try:
+            get_op(name)
+        except OpError:
+            raise AttributeError(f"'NDArray' object has no attribute '{name}'") from None
+        return lambda *args, **kwargs: _invoke(name, (self,) + args, kwargs)
+
+
+# --------------------------------------------------------------------------
+# creation
+# --------------------------------------------------------------------------
+def array(source, ctx: Context | None = None, dtype=None) -> NDArray:
+    """An NDArray from a nested list, NumPy array, jax.Array or NDArray.
+
+    The dtype is ``dtype``, else the source's for an NDArray or jax.Array,
+    else float32 (MXNet's default, also for NumPy sources)."""
+    if isinstance(source, NDArray):
+        source = source.data
+    if isinstance(source, jax.Array):
+        dt = _dtype(dtype, source.dtype)
+        host = source.astype(dt)
+    else:
+        dt = _dtype(dtype)
+        try:
+            host = np.asarray(source, dtype=dt if dt != jnp.bfloat16 else np.float32)
+        except (ValueError, TypeError) as err:
+            raise ShapeError(f"nd.array cannot make an array of {type(source).__name__}: "
+                             f"{err}") from None
+        host = jnp.asarray(host, dtype=dt)
+    return NDArray(jax.device_put(host, _device(ctx)))
+
+
+def full(shape, val, ctx: Context | None = None, dtype=None) -> NDArray:
+    """An array of ``shape`` filled with ``val`` (float32 unless ``dtype``)."""
+    return NDArray(jax.device_put(jnp.full(_shape(shape), val, _dtype(dtype)), _device(ctx)))
+
+
+def zeros(shape, ctx: Context | None = None, dtype=None, **kwargs) -> NDArray:
+    return full(shape, 0, ctx, dtype)
+
+
+def ones(shape, ctx: Context | None = None, dtype=None, **kwargs) -> NDArray:
+    return full(shape, 1, ctx, dtype)
+
+
+def empty(shape, ctx: Context | None = None, dtype=None) -> NDArray:
+    """Zeros: JAX has no uninitialised memory."""
+    return full(shape, 0, ctx, dtype)
+
+
+def arange(start, stop=None, step=1.0, repeat: int = 1, ctx: Context | None = None,
+           dtype=None) -> NDArray:
+    """Evenly spaced values in [start, stop), each repeated ``repeat`` times
+    (MXNet's arange; float32 unless ``dtype``)."""
+    if step == 0:
+        raise ShapeError("arange: step must not be 0")
+    if int(repeat) < 1:
+        raise ShapeError(f"arange: repeat must be at least 1, got {repeat}")
+    values = np.arange(start, stop, step) if stop is not None else np.arange(start)
+    values = np.repeat(values, int(repeat))
+    return NDArray(jax.device_put(jnp.asarray(values, _dtype(dtype)), _device(ctx)))
+
+
+def waitall() -> None:
+    """Blocks until every live array is computed."""
+    for a in jax.live_arrays():
+        a.block_until_ready()
+
+
+# --------------------------------------------------------------------------
+# save / load
+# --------------------------------------------------------------------------
+_FORMAT = "symgraph-ndarray"
+_MXNET_LIST_MAGIC = 0x112
+
+
+def save(fname, data) -> None:
+    """Stores a dict ``{name: array}`` or a list of arrays (or one array) in
+    ``fname`` as NumPy ``.npz``, atomically. Not MXNet's binary format."""
+    from .util import atomic_open
+    if isinstance(data, (NDArray, *_ARRAY_TYPES)):
+        data = [data]
+    if isinstance(data, dict):
+        kind, names, values = "dict", [str(k) for k in data], list(data.values())
+    elif isinstance(data, (list, tuple)):
+        kind, names, values = "list", None, list(data)
+    else:
+        raise TypeError(f"nd.save takes a dict or a list of arrays, got {type(data).__name__}")
+    arrays, dtypes = {}, []
+    for i, v in enumerate(values):
+        host = np.asarray(v.data if isinstance(v, NDArray) else v)
+        dtypes.append(str(jnp.dtype(host.dtype)))
+        if host.dtype == jnp.bfloat16:  # .npz has no bfloat16: store the bits
+            host = host.view(np.uint16)
+        arrays[f"a{i}"] = host
+    meta = {"format": _FORMAT, "version": 1, "kind": kind, "names": names, "dtypes": dtypes}
+    arrays["__symgraph__"] = np.array(json.dumps(meta))
+    with atomic_open(fname, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def load(fname, ctx: Context | None = None):
+    """The dict or list ``nd.save`` stored; also reads MXNet's binary
+    ``.params`` files (a dict, or a list when the file has no names)."""
+    where = os.fspath(fname)
+    dev = _device(ctx)
+    try:
+        with open(fname, "rb") as f:
+            head = f.read(8)
+    except OSError as err:
+        raise SerializationError(f"cannot read '{where}': {err.strerror or err}") from None
+    if len(head) == 8 and struct.unpack("<Q", head)[0] == _MXNET_LIST_MAGIC:
+        from .train.checkpoint import load_params_file
+        arrays = load_params_file(fname)
+        out = {k: NDArray(jax.device_put(jnp.asarray(v), dev)) for k, v in arrays.items()}
+        if list(out) == [str(i) for i in range(len(out))]:  # MXNet stores lists unnamed
+            return list(out.values())
+        return out
+    if head[:2] != b"PK":  # .npz files are zip archives
+        raise SerializationError(f"'{where}' is neither an array file written by nd.save "
+                                 f"nor an MXNet .params file")
+    try:
+        with np.load(fname, allow_pickle=False) as z:
+            meta = json.loads(str(z["__symgraph__"]))
+            if meta.get("format") != _FORMAT:
+                raise ValueError("not written by nd.save")
+            values = []
+            for i, dt in enumerate(meta["dtypes"]):
+                host = z[f"a{i}"]
+                if dt == "bfloat16":
+                    host = host.view(jnp.bfloat16)
+                values.append(NDArray(jax.device_put(jnp.asarray(host), dev)))
+    except (ValueError, KeyError, OSError, json.JSONDecodeError) as err:
+        raise SerializationError(f"'{where}' is not an array file written by nd.save "
+                                 f"({err})") from None
+    if meta["kind"] == "dict":
+        return dict(zip(meta["names"], values))
+    return values
+
+
+# --------------------------------------------------------------------------
+# nd.<Op>: every registered op, run eagerly
+# --------------------------------------------------------------------------
+_RNG = {"key": None, "count": 0}
+_COMPILED: dict = {}  # (op, attributes, input names) -> (one-node graph, jitted run)
+_COMPILED_MAX = 512
+
+
+def _next_key():
+    """A fresh PRNG key per call, for ops that draw random numbers."""
+    if _RNG["key"] is None:
+        _RNG["key"] = jax.random.key(0)
+    _RNG["count"] += 1
+    return jax.random.fold_in(_RNG["key"], _RNG["count"])
+
+
+def _is_array(v) -> bool:
+    return isinstance(v, (NDArray, *_ARRAY_TYPES))
+
+
+def _invoke(opname: str, args, kwargs):
+    """Runs op ``opname`` on arrays through a one-node graph (inference mode)."""
+    from .graph import Entry, Graph, Node
+    from .lower import JaxInterpreter
+    from .ops import get_op
+    from .passes.infer import infer_shapes
+
+    op = get_op(opname)
+    where = f"nd.{opname}"
+    kwargs = dict(kwargs)
+    out = kwargs.pop("out", None)
+    kwargs.pop("name", None)
+    args = list(args)
+    if len(args) == 1 and isinstance(args[0], (list, tuple)) and args[0] \
+            and all(_is_array(a) for a in args[0]):
+        args = list(args[0])  # nd.concat([a, b], dim=1)
+    for i, a in enumerate(args):
+        if not _is_array(a):
+            example = next(iter(op.attrs), "attr")
+            raise OpError(f"{where}: positional argument {i} is {a!r}, not an array; pass "
+                          f"attributes by name, e.g. {where}(x, {example}=...)")
+    kw_inputs = {k: v for k, v in kwargs.items() if _is_array(v)}
+    attrs = {k: v for k, v in kwargs.items() if not _is_array(v)}
+    if "num_args" in op.attrs and "num_args" not in attrs:
+        attrs["num_args"] = len(args) + len(kw_inputs)
+    raw, params = op.parse_attrs(attrs, where)
+    names = op.arg_names(params) + op.aux_names(params)
+    if len(args) > len(names):
+        raise OpError(f"{where}: {len(args)} arrays given, but the op takes {len(names)} "
+                      f"({', '.join(names)})")
+    slots = dict(zip(names, args))
+    for k, v in kw_inputs.items():
+        if k not in names:
+            raise OpError(f"{where}: no input named '{k}'; inputs are {', '.join(names)}")
+        if k in slots:
+            raise OpError(f"{where}: input '{k}' given twice (by position and by name)")
+        slots[k] = v
+    missing = [n for n in names if n not in slots]
+    if missing:
+        raise OpError(f"{where}: missing input(s) {', '.join(missing)}; the imperative API "
+                      f"creates no parameters, pass every input as an array")
+
+    values = [slots[n].data if isinstance(slots[n], NDArray) else jnp.asarray(slots[n])
+              for n in names]
+    devices = {d for d in (_device_of(v) for v in values) if d is not None}
+    if len(devices) > 1:
+        raise ContextError(f"{where}: inputs live on different devices "
+                           f"({', '.join(sorted(str(Context.of(d)) for d in devices))}); "
+                           f"move them with as_in_context")
+
+    cache_key = (op.name, tuple(sorted(raw.items())), tuple(names))
+    entry = _COMPILED.pop(cache_key, None)
+    if entry is None:
+        variables = [Node(None, n) for n in names]
+        node = Node(op, where, attrs, [Entry(v) for v in variables])
+        g = Graph([Entry(node, i) for i in range(node.num_visible_outputs)])
+
+        def run(feeds, key):
+            return JaxInterpreter(g, is_train=False, key=key).run(feeds)
+
+        # one XLA program per op, attributes and shapes (jit's cache), so a
+        # loop of imperative calls compiles once
+        entry = (g, jax.jit(run))
+        if len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.pop(next(iter(_COMPILED)))  # least recently used
+    _COMPILED[cache_key] = entry
+    g, fn = entry
+    infer_shapes(g, {n: tuple(v.shape) for n, v in zip(names, values)})  # clear ShapeErrors
+    outs = fn(dict(zip(names, values)), _next_key() if op.needs_rng else None)
+    result = [NDArray(o) for o in outs]
+    if out is not None:
+        targets = out if isinstance(out, (list, tuple)) else [out]
+        if len(targets) != len(result):
+            raise OpError(f"{where}: out= has {len(targets)} arrays for {len(result)} outputs")
+        for t, r in zip(targets, result):
+            if not isinstance(t, NDArray):
+                raise TypeError(f"{where}: out= must be NDArray(s), got {type(t).__name__}")
+            if t.shape != r.shape:
+                raise ShapeError(f"{where}: out= has shape {t.shape}, the output has {r.shape}")
+            t[:] = r
+        return out
+    return result[0] if len(result) == 1 else result
+
+
+_OP_FUNCTIONS: dict = {}
+
+
+def _op_function(name: str):
+    fn = _OP_FUNCTIONS.get(name)
+    if fn is None:
+        from .ops import get_op
+        op = get_op(name)
+
+        def fn(*args, **kwargs):
+            return _invoke(name, args, kwargs)
+
+        fn.__name__ = name
+        fn.__doc__ = (op.doc or f"The {name} op.") + "\n\nRuns eagerly on NDArrays."
+        _OP_FUNCTIONS[name] = fn
+    return fn
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from .ops import get_op
+    try:
+        get_op(name)
+    except OpError as err:
+        raise AttributeError(str(err)) from None
+    return _op_function(name)
+
+
+def __dir__():
+    from .ops import list_ops
+    return sorted(list(globals()) + list_ops())
+
+
+__all__ = ["NDArray", "array", "zeros", "ones", "empty", "full", "arange", "waitall", "save",
+           "load"]

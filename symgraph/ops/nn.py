@@ -93,7 +93,7 @@ register_backward(_fc, reads_inputs=(0, 1), lower=_fc_backward, infer_shape=_fc_
 _LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 
 
-def _layout_attr(v):
+def layout_attr(v):
     """None or a channel-first layout; MXNet's NHWC variants are not supported."""
     v = None if v in (None, "None", "") else str(v)
     if v is not None and v not in _LAYOUTS.values():
@@ -101,15 +101,15 @@ def _layout_attr(v):
     return v
 
 
-_layout_attr.choices = ("None", *_LAYOUTS.values())
+layout_attr.choices = ("None", *_LAYOUTS.values())
 
 
-def _optional_bool_attr(v):
+def optional_bool_attr(v):
     v = None if v in (None, "None", "none", "") else v
     return None if v is None else bool_attr(v)
 
 
-def _optional_float_attr(v):
+def optional_float_attr(v):
     v = None if v in (None, "None", "none", "") else v
     return None if v is None else float_attr(v)
 
@@ -151,13 +151,16 @@ def _check_data_rank(data, n: int, what: str):
 
 
 def _check_groups(p, channels: int):
+    if p.num_filter < 1:
+        raise ShapeError(f"num_filter={p.num_filter} must be >= 1")
     if p.num_group < 1 or channels % p.num_group or p.num_filter % p.num_group:
         raise ShapeError(f"num_group={p.num_group} must divide both the input channels "
                          f"({channels}) and num_filter ({p.num_filter})")
 
 
-def _bias_shape(n):
-    return lambda b: b.reshape((1, -1) + (1,) * n)
+def _add_bias(y, b):
+    """y + b with the bias along the channel axis (b None: y)."""
+    return y if b is None else y + b.reshape((1, -1) + (1,) * (y.ndim - 2))
 
 
 def _spatial_axes(ndim):
@@ -172,7 +175,7 @@ CONV_ATTRS = {
     "num_filter": Attr(int_attr),
     "num_group": Attr(int_attr, 1),
     "no_bias": Attr(bool_attr, False),
-    "layout": Attr(_layout_attr, None, "only channel-first (NCW, NCHW, NCDHW)"),
+    "layout": Attr(layout_attr, None, "only channel-first (NCW, NCHW, NCDHW)"),
 }
 
 
@@ -215,8 +218,7 @@ def _conv_nobias(p, x, w):
 
 
 def _conv_lower(p, ctx, x, w, b=None):
-    y = _conv_nobias(p, x, w)
-    return y if b is None else y + _bias_shape(x.ndim - 2)(b)
+    return _add_bias(_conv_nobias(p, x, w), b)
 
 
 _conv = register(OpDef(
@@ -319,8 +321,7 @@ def _deconv_nobias(p, x, w):
 
 
 def _deconv_lower(p, ctx, x, w, b=None):
-    y = _deconv_nobias(p, x, w)
-    return y if b is None else y + _bias_shape(x.ndim - 2)(b)
+    return _add_bias(_deconv_nobias(p, x, w), b)
 
 
 def _deconv_flops(p, ins, outs):
@@ -373,10 +374,10 @@ POOL_ATTRS = {
                                "valid: floor of the output size; full: ceil"),
     "stride": Attr(shape_attr, (), "default 1 per dimension"),
     "pad": Attr(shape_attr, (), "default 0 per dimension"),
-    "count_include_pad": Attr(_optional_bool_attr, None,
+    "count_include_pad": Attr(optional_bool_attr, None,
                               "avg: count padding in the divisor (None means True)"),
     "p_value": Attr(optional_int_attr, None, "lp pooling only, which is not supported"),
-    "layout": Attr(_layout_attr, None, "only channel-first (NCW, NCHW, NCDHW)"),
+    "layout": Attr(layout_attr, None, "only channel-first (NCW, NCHW, NCDHW)"),
 }
 
 
@@ -654,8 +655,8 @@ _bn = register(OpDef(
            "output_mean_var": Attr(bool_attr, False, "make mean and inverse std visible"),
            "axis": Attr(int_attr, 1, "the channel axis"),
            "cudnn_off": Attr(bool_attr, False, "accepted, no effect"),
-           "min_calib_range": Attr(_optional_float_attr, None, "quantization; no effect"),
-           "max_calib_range": Attr(_optional_float_attr, None, "quantization; no effect")},
+           "min_calib_range": Attr(optional_float_attr, None, "quantization; no effect"),
+           "max_calib_range": Attr(optional_float_attr, None, "quantization; no effect")},
     arguments=("data", "gamma", "beta"), aux=("moving_mean", "moving_var"),
     outputs=("output", "mean", "var"), visible_outputs=_bn_visible,
     lower=_bn_lower, infer_shape=_bn_shape, flops=_bn_flops,
@@ -704,7 +705,7 @@ register_backward(_bn, reads_inputs=(0, 1), reads_outputs=(1, 2), reads_ograds=(
 # --------------------------------------------------------------------------
 # Dropout: y = x * mask, mask = keep / (1 - p), keep ~ Bernoulli(1 - p)
 # --------------------------------------------------------------------------
-def _prob_attr(v):
+def probability_attr(v):
     x = float_attr(v)
     if not 0.0 <= x < 1.0:
         raise ValueError(f"expected a probability in [0, 1), got {x}")
@@ -735,7 +736,7 @@ def _dropout_lower(p, ctx, x):
 
 _dropout = register(OpDef(
     name="Dropout",
-    attrs={"p": Attr(_prob_attr, 0.5, "probability of dropping an element"),
+    attrs={"p": Attr(probability_attr, 0.5, "probability of dropping an element"),
            "mode": Attr(choice_attr("training", "always"), "training",
                         "training: identity outside training; always: drop in inference too"),
            "axes": Attr(shape_attr, (), "axes along which one mask value is shared")},
@@ -757,7 +758,7 @@ register_backward(_dropout, reads_inputs=(), reads_outputs=(1,),
 # --------------------------------------------------------------------------
 # LRN across channels: y = x / (knorm + alpha/nsize * sum_window x^2)^beta
 # --------------------------------------------------------------------------
-def _odd_int_attr(v):
+def odd_int_attr(v):
     n = int_attr(v)
     if n < 1 or n % 2 == 0:
         raise ValueError(f"expected an odd positive window size (MXNet's LRN), got {n}")
@@ -788,7 +789,7 @@ def _lrn_lower(p, ctx, x):
 _lrn = register(OpDef(
     name="LRN",
     attrs={"alpha": Attr(float_attr, 1e-4), "beta": Attr(float_attr, 0.75),
-           "knorm": Attr(float_attr, 2.0), "nsize": Attr(_odd_int_attr, doc="odd channel window")},
+           "knorm": Attr(float_attr, 2.0), "nsize": Attr(odd_int_attr, doc="odd channel window")},
     outputs=("output", "tmp_norm"), visible_outputs=1, lower=_lrn_lower,
     infer_shape=_lrn_shape, category="opaque",
     flops=lambda p, ins, outs: numel(ins[0]) * (p.nsize + 4),
@@ -922,7 +923,9 @@ register(OpDef(
                                           list(p.need) or [1, 1]) if m]
                        if p.act_type == "prelu" else ["grad_data"]),
     lower=_lrelu_backward_lower, infer_shape=_lrelu_backward_shape,
-    inplace=[(0, 0)], category="opaque",  # prelu's gamma gradient is a reduction
+    # dx may overwrite dy; for prelu only when dx is computed (else output 0 is dgamma)
+    inplace=lambda p: [] if p.act_type == "prelu" and p.need and not p.need[0] else [(0, 0)],
+    category="opaque",  # prelu's gamma gradient is a reduction
     doc="Gradient of LeakyReLU; reads the output for leaky/elu (slope >= 0) and selu."))
 
 

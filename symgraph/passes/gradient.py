@@ -87,7 +87,8 @@ def build_gradient(graph: Graph, wrt: Sequence[str]) -> Graph:
             contrib.setdefault((nid, e.index), [])  # the loss starts by itself
             continue
         name = e.node.output_names()[e.index] + HEAD_GRAD_SUFFIX
-        head = Node(None, g.unique(name))
+        # the head gradient has its output's shape and dtype (infer reads this)
+        head = Node(None, g.unique(name), {"__like__": f"{e.node.name}:{e.index}"})
         contrib.setdefault((nid, e.index), []).append(Entry(head, 0))
 
     def total(nid: int, idx: int, node: Node) -> Entry | None:

@@ -87,9 +87,23 @@ def _run(graph: Graph, known: dict, kind: str):
             hint = _var_hint(n, "__dtype__", lambda v: _dtype_hint(v))
             if hint:
                 table[eid] = hint
+    # variables that take another entry's shape/dtype (head gradients)
+    like = []
+    by_name = {n.name: n for n in graph.nodes}
+    for n in graph.variables:
+        ref = n.attrs.get("__like__")
+        if ref:
+            src, _, idx = ref.rpartition(":")
+            if src in by_name:
+                like.append((graph.entry_id_of_node(n),
+                             graph.entry_id_of_node(by_name[src]) + int(idx), n))
     changed = True
     while changed:
         changed = False
+        for dst, src, n in like:
+            if table[src] is not None:
+                changed |= _merge(table, dst, table[src], kind, n, "the output it is the "
+                                  "gradient of")
         for nid, node in enumerate(graph.nodes):
             if node.op is None:
                 continue

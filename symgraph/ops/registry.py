@@ -300,10 +300,11 @@ def get_op(name: str) -> OpDef:
     try:
         return _REGISTRY[name]
     except KeyError:
-        near = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.5)
-        if not near:
-            low = name.lower()
-            near = [k for k in _REGISTRY if k.lower() == low][:3]
+        public = [k for k in _REGISTRY if not k.startswith("_backward")]
+        low = name.lower()
+        near = [k for k in public if k.lower() == low][:1]
+        near += [k for k in difflib.get_close_matches(name, public, n=3, cutoff=0.5)
+                 if k not in near]
         hint = f"; nearest known ops: {', '.join(near)}" if near else ""
         raise OpError(f"unknown op '{name}'{hint}") from None
 

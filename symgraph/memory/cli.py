@@ -1,0 +1,85 @@
+"""Plan the memory of a network (MXNet symbol JSON) and report it.
+
+    symgraph plan NET.json --shape data=64,3,224,224 [--train] [--strategy NAME] [--json]
+
+The report gives the buckets (arguments, gradients, aux, internal), the
+internal bytes under every strategy (naive, inplace, coshare, both, arena,
+lower_bound) with the savings relative to naive, the peak step and the
+tensors live there, and XLA's own figures for the lowered program
+(``--no-xla`` skips compiling it). ``--json`` prints one JSON object.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from ..cli import UsageError, parse_shapes
+from ..errors import SymgraphError
+from .planner import PLACED
+
+
+def add_arguments(parser) -> None:
+    """The options of ``symgraph plan``."""
+    parser.add_argument("net", metavar="NET.json", help="network as MXNet symbol JSON")
+    parser.add_argument("--shape", action="append", metavar="NAME=DIMS", default=[],
+                        help="input shape, e.g. data=64,3,224,224 (repeat for each input)")
+    parser.add_argument("--train", action="store_true",
+                        help="plan the training graph (forward + parameter gradients)")
+    parser.add_argument("--strategy", default="arena", choices=PLACED,
+                        help="the plan to report as the internal bucket (default: arena)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--no-xla", action="store_true",
+                        help="do not compile the lowered program for XLA's figures")
+    parser.add_argument("--schedule", default="dfs", choices=("dfs", "memory"),
+                        help="execution order planned for (default: dfs, MXNet's order)")
+    parser.add_argument("--no-fuse", action="store_true", help="do not fuse elementwise chains")
+    parser.add_argument("--match-range", type=int, default=16, metavar="N",
+                        help="co-share match range (MXNet's NNVM_EXEC_MATCH_RANGE, default 16)")
+    parser.add_argument("--output", action="append", metavar="NAME", default=None,
+                        help="plan only for this output (e.g. an internal one, relu5_output); "
+                             "repeatable")
+    parser.add_argument("--execute", action="store_true",
+                        help="also run the arena interpreter on random inputs for every "
+                             "strategy (slow at real sizes)")
+    _add_output_options(parser)
+
+
+def _add_output_options(parser) -> None:
+    """Extra outputs of a plan (e.g. ``--plot OUT.png``, the memory timeline)
+    register their options here and are produced by ``_write_outputs``."""
+
+
+def _write_outputs(plan, args) -> None:
+    """Writes the extra outputs registered in ``_add_output_options``."""
+
+
+def load_net(path: str):
+    """The Symbol in an MXNet symbol-JSON file; SymgraphError if unreadable."""
+    if not os.path.isfile(path):
+        raise SymgraphError(f"cannot read {path}: no such file")
+    from ..symbol import load
+    try:
+        return load(path)
+    except (ValueError, KeyError, TypeError) as err:  # json.JSONDecodeError is a ValueError
+        raise SymgraphError(f"cannot load {path}: {type(err).__name__}: {err}") from None
+
+
+def run(args) -> int:
+    """``symgraph plan``: prints the report (or JSON); 0 on success."""
+    if not args.shape:
+        raise UsageError("plan: --shape is required, e.g. --shape data=64,3,224,224")
+    shapes = parse_shapes(args.shape)
+    if args.match_range < 0:
+        raise UsageError(f"plan: --match-range must be >= 0, got {args.match_range}")
+    net = load_net(args.net)
+    from .pipeline import plan
+    p = plan(net, shapes, train=args.train, strategy=args.strategy,
+             outputs=args.output, fuse=not args.no_fuse, schedule=args.schedule,
+             match_range=args.match_range, execute=args.execute, xla=not args.no_xla,
+             name=os.path.splitext(os.path.basename(args.net))[0])
+    if args.json:
+        print(json.dumps(p.to_json()))
+    else:
+        print(p.report())
+    _write_outputs(p, args)
+    return 0

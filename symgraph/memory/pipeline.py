@@ -1,0 +1,361 @@
+"""``plan()``: the whole pipeline from a network to a verified ``Plan``.
+
+    gradient (training) -> prune -> infer -> fuse -> schedule -> liveness
+        -> naive, inplace, coshare, both, lower bound, arena -> verify
+
+Every stage is a pure function; ``Plan`` keeps each one's result (the
+graph, the shapes, the fusion groups, the steps, the liveness and every
+strategy's assignment) so a report, a picture or a test can look at any of
+them.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..errors import PlanError
+from ..graph import Graph
+from ..passes.fuse import Fusion, fuse as fuse_pass, no_fusion
+from ..passes.gradient import build_gradient
+from ..passes.infer import Inferred, infer_shapes
+from ..passes.prune import prune
+from ..passes.schedule import schedule as schedule_pass
+from . import arena as arena_mod
+from . import planner
+from .liveness import Liveness, analyze, entry_name, entry_nbytes
+from .planner import PLACED, STRATEGIES, Assignment
+from .verify import StaticCheck, check_arena
+
+DEFAULT_MATCH_RANGE = 16
+
+
+def as_graph(net) -> Graph:
+    """A Graph from a Symbol or a Graph."""
+    if isinstance(net, Graph):
+        return net
+    outputs = getattr(net, "outputs", None)
+    if outputs is None:
+        raise PlanError(f"plan takes a Symbol or a Graph, got {type(net).__name__}")
+    return Graph(outputs)
+
+
+def default_wrt(graph: Graph, data_names=None, label_names=None) -> list:
+    """The parameters: arguments other than the data and the labels
+    (default: 'data' and names ending in 'label')."""
+    data = {"data"} if data_names is None else set(data_names)
+    out = []
+    for name in graph.list_arguments():
+        if name in data:
+            continue
+        if label_names is None:
+            if name.endswith("label"):
+                continue
+        elif name in label_names:
+            continue
+        out.append(name)
+    return out
+
+
+@dataclass(eq=False)
+class Plan:
+    """A verified memory plan and everything it was made from.
+
+    ``internal[name]`` gives the bytes of the ``internal`` bucket under each
+    strategy (``naive``, ``inplace``, ``coshare``, ``both``, ``arena``,
+    ``lower_bound``); ``buckets`` the other buckets (``arguments``,
+    ``gradients``, ``aux``). ``assignments[name]`` says where each tensor
+    lives. ``strategy`` is the one this plan is for (``storage()``,
+    ``offsets()`` and pictures use it by default).
+    """
+
+    net: str
+    graph: Graph
+    inferred: Inferred
+    train: bool
+    shapes: dict
+    strategy: str
+    fusion: Fusion
+    steps: tuple
+    live: Liveness
+    assignments: dict
+    lower_bound: int
+    peak_step: int | None
+    profile: list
+    buckets: dict
+    num_forward_outputs: int
+    options: dict = field(default_factory=dict)
+    xla: dict | None = None
+    verified: bool = False
+    arena_checked: list = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+
+    # -- figures ---------------------------------------------------------------
+    @property
+    def internal(self) -> dict:
+        d = {k: self.assignments[k].total for k in PLACED}
+        d["lower_bound"] = self.lower_bound
+        return {k: d[k] for k in STRATEGIES}
+
+    @property
+    def fused_groups(self) -> list:
+        """Node ids of each fused group (members in order, root last)."""
+        return [list(g) for g in self.fusion.groups]
+
+    def assignment(self, strategy: str | None = None) -> Assignment:
+        strategy = strategy or self.strategy
+        if strategy == "lower_bound":
+            raise PlanError("lower_bound is a bound, not a plan: it places no tensor; "
+                            f"choose one of {', '.join(PLACED)}")
+        try:
+            return self.assignments[strategy]
+        except KeyError:
+            raise PlanError(f"unknown strategy {strategy!r}; choose one of "
+                            f"{', '.join(STRATEGIES)}") from None
+
+    def storage(self, strategy: str | None = None) -> dict:
+        """entry id -> storage slot, for every planned tensor."""
+        a = self.assignment(strategy)
+        return {eid: a.slot[t] for t, eid in enumerate(self.live.entry)}
+
+    def slot_bytes(self, strategy: str | None = None) -> dict:
+        """storage slot -> bytes."""
+        return dict(enumerate(self.assignment(strategy).slot_size))
+
+    def offsets(self, strategy: str | None = None) -> dict:
+        """entry id -> byte offset in the strategy's address space."""
+        a = self.assignment(strategy)
+        return {eid: a.offset[t] for t, eid in enumerate(self.live.entry)}
+
+    def footprint(self, strategy: str | None = None) -> list:
+        """Bytes in use at each step under a strategy (``lower_bound``: the
+        live bytes less the inplace savings, the profile the bound is the
+        maximum of)."""
+        if (strategy or self.strategy) == "lower_bound":
+            return list(self.profile)
+        return planner.footprint(self.live, self.assignment(strategy))
+
+    def peak_tensors(self) -> list:
+        """(name, shape, dtype, bytes) of the tensors live at the peak step of
+        the lower bound, largest first."""
+        if self.peak_step is None:
+            return []
+        live = self.live
+        rows = []
+        for t in live.live_at(self.peak_step):
+            eid = live.entry[t]
+            rows.append((live.tensor_name(t), self.inferred.shapes[eid],
+                         self.inferred.dtypes[eid], live.nbytes[t]))
+        rows.sort(key=lambda r: (-r[3], r[0]))
+        return rows
+
+    # -- checks ------------------------------------------------------------------
+    def check_arena(self, strategy: str | None = None, feeds=None, key=None) -> None:
+        """Runs the arena interpreter for a strategy against the plain
+        lowering; PlanError if any output differs."""
+        name = strategy or self.strategy
+        a = self.assignment(name)
+        check_arena(self.live, a.offset, a.total, self.train, feeds=feeds, key=key, name=name)
+        if name not in self.arena_checked:
+            self.arena_checked.append(name)
+
+    # -- output --------------------------------------------------------------------
+    def report(self) -> str:
+        """The human-readable report (buckets, strategies, the peak)."""
+        from .report import report_text
+        return report_text(self)
+
+    def to_json(self) -> dict:
+        """The ``symgraph plan --json`` dictionary."""
+        from .report import report_json
+        return report_json(self)
+
+    def __repr__(self) -> str:
+        mib = self.internal[self.strategy] / 2 ** 20
+        return (f"<Plan {self.net} {'train' if self.train else 'infer'}: {self.strategy} "
+                f"{mib:.1f} MiB internal, lower bound {self.lower_bound / 2 ** 20:.1f} MiB>")
+
+
+def _var_bytes(graph: Graph, inf: Inferred, nodes) -> int:
+    return sum(entry_nbytes(inf, graph.entry_id_of_node(n)) for n in nodes)
+
+
+def build_graph(net, shapes: dict, train: bool, dtypes=None, outputs=None, wrt=None,
+                data_names=None, label_names=None):
+    """(planned graph, inferred shapes, number of forward outputs, gradient
+    entry ids): the forward graph pruned to ``outputs``, with the parameter
+    gradients appended when training."""
+    g = as_graph(net)
+    if outputs is not None:
+        g = prune(g, outputs)
+    shapes = dict(shapes or {})
+    n_fwd = len(g.outputs)
+    if not train:
+        return g, infer_shapes(g, shapes, dtypes), n_fwd, []
+    if wrt is None:
+        wrt = default_wrt(g, data_names, label_names)
+    if not wrt:
+        raise PlanError("training plan: the network has no parameters to take gradients "
+                        "of (every argument is data or a label)")
+    gg = prune(build_gradient(g, wrt))
+    fwd_vars = {n.name for n in g.variables}
+    heads = [n for n in gg.variables if n.name not in fwd_vars]
+    known = dict(shapes)
+    types = dict(dtypes or {})
+    if heads:
+        # head gradients have the shapes of the outputs they belong to
+        fwd_inf = infer_shapes(g, shapes, dtypes)
+        by_name = {nm: e for nm, e in zip(g.list_outputs(), g.outputs)}
+        from ..passes.gradient import HEAD_GRAD_SUFFIX
+        for h in heads:
+            e = by_name.get(h.name[: -len(HEAD_GRAD_SUFFIX)])
+            if e is None:
+                raise PlanError(f"training plan: cannot tell which output the head "
+                                f"gradient '{h.name}' belongs to")
+            known[h.name] = fwd_inf.shape(e)
+            types.setdefault(h.name, fwd_inf.dtype(e))
+    inf = infer_shapes(gg, known, types or None)
+    grads = [gg.entry_id(e) for e in gg.outputs[n_fwd:]]
+    return gg, inf, n_fwd, grads
+
+
+def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "arena",
+         dtypes: dict | None = None, *, outputs=None, wrt=None, data_names=None,
+         label_names=None, fuse: bool = True, schedule="dfs",
+         match_range: int = DEFAULT_MATCH_RANGE, parallel_safe: bool = True,
+         verify: bool = True, execute: bool = False, xla: bool = False,
+         name: str | None = None) -> Plan:
+    """Plans the memory of ``net`` (a Symbol or Graph) for input ``shapes``.
+
+    train: plan the training graph (forward + the gradients of ``wrt``,
+        default every argument except ``data_names`` (default 'data') and
+        ``label_names`` (default: names ending in 'label')).
+    strategy: the plan wanted (all are computed for the report): naive,
+        inplace, coshare, both or arena.
+    outputs: plan only for these outputs (indices, names, internal outputs
+        such as 'relu1_output'); the rest is pruned.
+    fuse: fuse elementwise chains (tensors inside a group need no storage).
+    schedule: 'dfs' (the graph's order, as MXNet), 'memory' (memory-aware)
+        or a function ``(graph, fusion) -> steps``.
+    match_range: co-share's size match range (MXNet's NNVM_EXEC_MATCH_RANGE).
+    parallel_safe: keep ops that could run in parallel from sharing storage
+        (inplace, coshare, both).
+    verify: run the static overlap check on every strategy (on by default;
+        a plan is only reported verified). execute: also run the arena
+        interpreter for every strategy (needs real arrays: small shapes).
+    xla: compile the lowered program and record XLA's memory_analysis().
+    """
+    if strategy not in PLACED:
+        if strategy == "lower_bound":
+            raise PlanError("lower_bound is a bound, not a plan; choose one of "
+                            + ", ".join(PLACED))
+        raise PlanError(f"unknown strategy {strategy!r}; choose one of {', '.join(PLACED)}")
+    timings = {}
+    t0 = time.perf_counter()
+    g, inf, n_fwd, grads = build_graph(net, shapes, train, dtypes, outputs, wrt,
+                                       data_names, label_names)
+    t1 = time.perf_counter()
+    timings["graph"] = t1 - t0
+    result = plan_graph(g, inf, train=train, strategy=strategy, num_forward_outputs=n_fwd,
+                        external=grads, fuse=fuse, schedule=schedule,
+                        match_range=match_range, parallel_safe=parallel_safe, verify=verify,
+                        name=name or _net_name(g), shapes=shapes or {})
+    result.timings = {**timings, **result.timings}
+    if execute:
+        for s in PLACED:
+            result.check_arena(s)
+    if xla:
+        result.xla = xla_memory(result.graph, result.inferred, train)
+    return result
+
+
+def _net_name(g: Graph) -> str:
+    return g.outputs[0].node.name
+
+
+def plan_graph(g: Graph, inf: Inferred, *, train: bool, strategy: str = "arena",
+               num_forward_outputs: int | None = None, external=(), fuse: bool = True,
+               schedule="dfs", match_range: int = DEFAULT_MATCH_RANGE,
+               parallel_safe: bool = True, verify: bool = True, name: str = "net",
+               shapes: dict | None = None) -> Plan:
+    """The planning stages proper, for a graph whose shapes are inferred:
+    fuse, schedule, liveness, every strategy, verification."""
+    timings = {}
+    t = time.perf_counter()
+    fusion = fuse_pass(g) if fuse else no_fusion(g)
+    timings["fuse"] = (t2 := time.perf_counter()) - t
+    steps = schedule_pass(g, fusion, schedule, nbytes=lambda eid: entry_nbytes(inf, eid))
+    timings["schedule"] = (t3 := time.perf_counter()) - t2
+    live = analyze(g, inf, fusion, steps, external)
+    timings["liveness"] = (t4 := time.perf_counter()) - t3
+    a = {
+        "naive": planner.naive(live),
+        "inplace": planner.pool_plan(live, "inplace", inplace=True, match_range=0,
+                                     parallel_safe=parallel_safe),
+        "coshare": planner.pool_plan(live, "coshare", inplace=False, match_range=match_range,
+                                     parallel_safe=parallel_safe),
+        "both": planner.pool_plan(live, "both", inplace=True, match_range=match_range,
+                                  parallel_safe=parallel_safe),
+    }
+    lb, peak, profile = planner.lower_bound(live)
+    a["arena"] = arena_mod.arena_plan(live, lb, fallback=a["both"])
+    timings["strategies"] = (t5 := time.perf_counter()) - t4
+    if verify:
+        check = StaticCheck(live)
+        for s in ("naive", "inplace", "coshare", "both"):
+            check.check_slots(a[s].slot, a[s].slot_size, name=s)
+        check.check_offsets(a["arena"].offset, name="arena")
+        _check_order(a, lb)
+    timings["verify"] = time.perf_counter() - t5
+    var_bytes = {
+        "arguments": _var_bytes(g, inf, g.arguments),
+        "gradients": sum(entry_nbytes(inf, eid) for eid in external),
+        "aux": _var_bytes(g, inf, g.aux_states),
+    }
+    n_fwd = len(g.outputs) if num_forward_outputs is None else num_forward_outputs
+    return Plan(net=name, graph=g, inferred=inf, train=train, shapes=dict(shapes or {}),
+                strategy=strategy, fusion=fusion, steps=steps, live=live, assignments=a,
+                lower_bound=lb, peak_step=peak, profile=profile, buckets=var_bytes,
+                num_forward_outputs=n_fwd,
+                options={"fuse": fuse, "schedule": schedule if isinstance(schedule, str)
+                         else getattr(schedule, "__name__", "custom"),
+                         "match_range": match_range, "parallel_safe": parallel_safe},
+                verified=verify, timings=timings)
+
+
+def _check_order(a: dict, lb: int) -> None:
+    """The orderings every plan must satisfy; a failure is a planner bug."""
+    naive = a["naive"].total
+    checks = [("lower_bound", lb, "arena", a["arena"].total),
+              ("arena", a["arena"].total, "both", a["both"].total),
+              ("both", a["both"].total, "naive", naive),
+              ("inplace", a["inplace"].total, "naive", naive),
+              ("coshare", a["coshare"].total, "naive", naive)]
+    for n1, v1, n2, v2 in checks:
+        if v1 > v2:
+            raise PlanError(f"planner bug: {n1} ({v1} bytes) above {n2} ({v2} bytes)")
+
+
+def xla_memory(graph: Graph, inf: Inferred, train: bool) -> dict | None:
+    """XLA's ``memory_analysis()`` of the lowered program for ``graph``
+    (variables fed as ShapeDtypeStructs): temp, argument, output and alias
+    bytes; None when the backend gives nothing (None, or temp, argument and
+    output all 0 or -1), a field of -1 is None."""
+    import jax
+    import jax.numpy as jnp
+
+    from ..lower import lower
+    feeds = {}
+    for n in graph.variables:
+        eid = graph.entry_id_of_node(n)
+        feeds[n.name] = jax.ShapeDtypeStruct(inf.shapes[eid], jnp.dtype(inf.dtypes[eid]))
+    compiled = jax.jit(lower(graph, train)).lower(feeds, jax.random.key(0)).compile()
+    ma = compiled.memory_analysis()
+    if ma is None:
+        return None
+    vals = {"temp": getattr(ma, "temp_size_in_bytes", -1),
+            "argument": getattr(ma, "argument_size_in_bytes", -1),
+            "output": getattr(ma, "output_size_in_bytes", -1),
+            "alias": getattr(ma, "alias_size_in_bytes", -1)}
+    if all((vals[k] is None or vals[k] <= 0) for k in ("temp", "argument", "output")):
+        return None
+    return {k: (int(v) if v is not None and v >= 0 else None) for k, v in vals.items()}

@@ -1,0 +1,3 @@
+"""Running on several devices: data parallelism over a mesh of devices
+(``data_parallel``) and MXNet's KVStore API (``kvstore``, also ``sg.kv``)."""
+from .data_parallel import BATCH_AXIS, DeviceSet  # noqa: F401

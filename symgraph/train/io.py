@@ -1,0 +1,478 @@
+"""Data iterators, MXNet style: ``DataDesc``, ``DataBatch``, ``DataIter``,
+``NDArrayIter`` and a ``PrefetchingIter`` that prepares batches on a
+background thread.
+
+    it = sg.io.NDArrayIter(x, y, batch_size=32, shuffle=True,
+                           last_batch_handle='pad')
+    for batch in it:             # DataBatch: .data, .label, .pad
+        ...
+    it.reset()                   # next epoch (a new permutation when shuffling)
+
+Batches hold host (NumPy) arrays; the Module moves them to its devices, so
+the same iterator feeds one device or eight. Shuffling is reproducible: the
+order of epoch ``e`` is a function of ``(seed, e)``, which is what lets
+``fit(begin_epoch=k)`` resume with the data order of an uninterrupted run.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from collections import OrderedDict, namedtuple
+from typing import Callable
+
+import numpy as np
+
+from . import TrainError
+
+
+class DataDesc(namedtuple("DataDesc", ["name", "shape"])):
+    """Name and shape of one input, plus ``dtype`` and ``layout`` (``'NCHW'``);
+    a ``(name, shape)`` tuple, so old code that unpacks it still works."""
+
+    def __new__(cls, name, shape, dtype="float32", layout="NCHW"):
+        ret = super().__new__(cls, name, tuple(int(d) for d in shape))
+        ret.dtype = dtype if dtype is None else np.dtype(dtype).name if dtype != "bfloat16" \
+            else "bfloat16"
+        ret.layout = layout
+        return ret
+
+    def __repr__(self):
+        return f"DataDesc[{self.name},{self.shape},{self.dtype},{self.layout}]"
+
+    @staticmethod
+    def get_batch_axis(layout) -> int:
+        """The axis of the batch (``'N'``) in ``layout``; 0 when unknown."""
+        return 0 if layout is None else max(layout.find("N"), 0)
+
+    @staticmethod
+    def get_list(shapes, types=None) -> list:
+        """``[(name, shape)]`` (and optionally ``[(name, dtype)]``) -> DataDescs."""
+        types = dict(types or [])
+        return [DataDesc(n, s, types.get(n, "float32")) for n, s in shapes]
+
+
+def as_descs(descs) -> list[DataDesc]:
+    """DataDescs from DataDescs, ``(name, shape)`` pairs or a ``{name: shape}`` dict."""
+    if descs is None:
+        return []
+    if isinstance(descs, dict):
+        descs = list(descs.items())
+    out = []
+    for d in descs:
+        if isinstance(d, DataDesc):
+            out.append(d)
+        else:
+            try:
+                name, shape = d
+            except (TypeError, ValueError):
+                raise TrainError(f"expected a DataDesc or a (name, shape) pair, got {d!r}") \
+                    from None
+            out.append(DataDesc(name, shape))
+    return out
+
+
+class DataBatch:
+    """One batch: ``data`` and ``label`` are lists of arrays in the order of
+    ``provide_data``/``provide_label``; ``pad`` counts the samples at the end
+    that only fill the last batch (they are left out of metrics and
+    predictions); ``index`` gives each sample's position in the data set."""
+
+    def __init__(self, data, label=None, pad=0, index=None, bucket_key=None,
+                 provide_data=None, provide_label=None):
+        if data is not None and not isinstance(data, (list, tuple)):
+            raise TrainError(f"DataBatch.data must be a list of arrays, got "
+                             f"{type(data).__name__}")
+        if label is not None and not isinstance(label, (list, tuple)):
+            raise TrainError(f"DataBatch.label must be a list of arrays, got "
+                             f"{type(label).__name__}")
+        self.data = list(data) if data is not None else None
+        self.label = list(label) if label is not None else None
+        self.pad = int(pad or 0)
+        self.index = index
+        self.bucket_key = bucket_key
+        self.provide_data = provide_data
+        self.provide_label = provide_label
+
+    def __repr__(self):
+        shapes = [tuple(d.shape) for d in self.data or []]
+        lshapes = [tuple(d.shape) for d in self.label or []]
+        return f"DataBatch: data shapes: {shapes} label shapes: {lshapes} pad: {self.pad}"
+
+
+class DataIter:
+    """Base class: iterate with ``for batch in it`` or ``it.next()``; call
+    ``reset()`` to start the next epoch. Subclasses implement ``next`` (or
+    ``iter_next`` with ``getdata``/``getlabel``/``getpad``/``getindex``)
+    and the ``provide_data``/``provide_label`` properties."""
+
+    def __init__(self, batch_size: int = 0):
+        self.batch_size = batch_size
+
+    def __iter__(self):
+        return self
+
+    def reset(self) -> None:
+        pass
+
+    def next(self) -> DataBatch:
+        if self.iter_next():
+            return DataBatch(self.getdata(), self.getlabel(), self.getpad(), self.getindex(),
+                             provide_data=self.provide_data,
+                             provide_label=self.provide_label)
+        raise StopIteration
+
+    def __next__(self) -> DataBatch:
+        return self.next()
+
+    def iter_next(self) -> bool:
+        raise NotImplementedError
+
+    def getdata(self):
+        raise NotImplementedError
+
+    def getlabel(self):
+        return None
+
+    def getindex(self):
+        return None
+
+    def getpad(self) -> int:
+        return 0
+
+    @property
+    def provide_data(self) -> list[DataDesc]:
+        raise NotImplementedError
+
+    @property
+    def provide_label(self) -> list[DataDesc]:
+        return []
+
+
+LAST_BATCH_HANDLES = ("pad", "discard", "roll_over")
+
+
+def _named_arrays(data, default_name: str, dtype, what: str) -> "OrderedDict[str, np.ndarray]":
+    """MXNet's naming: one array -> ``default_name``; a list -> ``_0_<name>``,
+    ``_1_<name>``...; a dict keeps its names."""
+    if data is None:
+        return OrderedDict()
+    if isinstance(data, dict):
+        items = list(data.items())
+    elif isinstance(data, (list, tuple)):
+        if len(data) == 1:
+            items = [(default_name, data[0])]
+        else:
+            items = [(f"_{i}_{default_name}", d) for i, d in enumerate(data)]
+    else:
+        items = [(default_name, data)]
+    out = OrderedDict()
+    for name, arr in items:
+        a = np.asarray(arr)
+        if a.ndim == 0:
+            raise TrainError(f"NDArrayIter: {what} '{name}' is a scalar; it needs a "
+                             f"leading sample axis")
+        if dtype is not None:
+            a = a.astype(dtype, copy=False)
+        out[name] = a
+    return out
+
+
+class NDArrayIter(DataIter):
+    """Batches over in-memory arrays (NumPy arrays, NDArrays or jax arrays).
+
+    ``last_batch_handle`` says what happens to the samples that do not fill
+    the last batch: ``'pad'`` fills it with samples from the start of the
+    epoch's order and reports how many in ``batch.pad``; ``'discard'`` drops
+    them; ``'roll_over'`` keeps them for the first batch of the next epoch.
+    ``shuffle`` draws a new permutation each epoch from ``(seed, epoch)``;
+    ``seed=None`` draws the seed from NumPy's global generator once, so
+    ``np.random.seed`` makes runs repeatable as in MXNet. ``dtype`` (float32
+    by default, as MXNet's iterators give) converts data and labels;
+    ``None`` keeps their dtypes.
+    """
+
+    def __init__(self, data, label=None, batch_size: int = 1, shuffle: bool = False,
+                 last_batch_handle: str = "pad", data_name: str = "data",
+                 label_name: str = "softmax_label", seed: int | None = None,
+                 dtype="float32"):
+        super().__init__(int(batch_size))
+        if self.batch_size <= 0:
+            raise TrainError(f"NDArrayIter: batch_size must be positive, got {batch_size}")
+        if last_batch_handle not in LAST_BATCH_HANDLES:
+            raise TrainError(f"NDArrayIter: last_batch_handle={last_batch_handle!r}; use one "
+                             f"of {', '.join(LAST_BATCH_HANDLES)}")
+        self.data = _named_arrays(data, data_name, dtype, "data")
+        if not self.data:
+            raise TrainError("NDArrayIter needs at least one data array")
+        self.label = _named_arrays(label, label_name, dtype, "label")
+        sizes = {k: len(v) for k, v in [*self.data.items(), *self.label.items()]}
+        if len(set(sizes.values())) != 1:
+            raise TrainError(f"NDArrayIter: arrays differ in their number of samples: "
+                             f"{sizes}")
+        self.num_data = next(iter(sizes.values()))
+        if self.num_data == 0:
+            raise TrainError("NDArrayIter: the data set is empty")
+        if last_batch_handle == "discard" and self.num_data < self.batch_size:
+            raise TrainError(f"NDArrayIter: {self.num_data} samples make no full batch of "
+                             f"{self.batch_size} with last_batch_handle='discard'")
+        self.shuffle = bool(shuffle)
+        self.last_batch_handle = last_batch_handle
+        if seed is None:
+            seed = int(np.random.randint(0, 2 ** 31 - 1))
+        self.seed = int(seed)
+        self.epoch = 0
+        self._leftover = np.zeros(0, np.int64)
+        self._start_epoch()
+
+    # -- order -------------------------------------------------------------
+    def _permutation(self, epoch: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.num_data)
+        return np.random.default_rng([self.seed, epoch]).permutation(self.num_data)
+
+    def _start_epoch(self) -> None:
+        perm = self._permutation(self.epoch)
+        self._order = np.concatenate([self._leftover, perm])
+        self._perm = perm
+        self._cursor = 0
+        self._batch_idx = None
+
+    def reset(self) -> None:
+        """Starts the next epoch (``roll_over`` carries the leftover samples)."""
+        n = len(self._order)
+        rest = n % self.batch_size
+        if self.last_batch_handle == "roll_over" and rest and self._cursor >= n:
+            self._leftover = self._order[n - rest:]  # the epoch ran out: carry them
+        else:
+            self._leftover = np.zeros(0, np.int64)
+        self.epoch += 1
+        self._start_epoch()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Positions the iterator at the start of epoch ``epoch`` (what an
+        uninterrupted run would see after ``epoch`` resets; a ``roll_over``
+        leftover from earlier epochs is not reconstructed)."""
+        self.epoch = int(epoch)
+        self._leftover = np.zeros(0, np.int64)
+        self._start_epoch()
+
+    # -- iteration ------------------------------------------------------------
+    def iter_next(self) -> bool:
+        n, b = len(self._order), self.batch_size
+        start = self._cursor
+        if start >= n:
+            return False
+        end = start + b
+        if end > n and self.last_batch_handle != "pad":
+            self._cursor = n
+            return False
+        idx = self._order[start:end]
+        self._pad = 0
+        if len(idx) < b:  # 'pad': fill from the start of this epoch's order
+            self._pad = b - len(idx)
+            fill = np.resize(self._perm, self._pad)
+            idx = np.concatenate([idx, fill])
+        self._batch_idx = idx
+        self._cursor = end
+        return True
+
+    def _take(self, arrays) -> list:
+        if self._batch_idx is None:
+            raise TrainError("NDArrayIter: no current batch; call next() first")
+        return [a[self._batch_idx] for a in arrays.values()]
+
+    def getdata(self):
+        return self._take(self.data)
+
+    def getlabel(self):
+        return self._take(self.label) if self.label else None
+
+    def getpad(self) -> int:
+        return self._pad
+
+    def getindex(self):
+        return self._batch_idx
+
+    @property
+    def num_batches(self) -> int:
+        """Batches in the current epoch."""
+        n = len(self._order)
+        return -(-n // self.batch_size) if self.last_batch_handle == "pad" else \
+            n // self.batch_size
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    @property
+    def provide_data(self) -> list[DataDesc]:
+        return [DataDesc(k, (self.batch_size,) + v.shape[1:], v.dtype.name)
+                for k, v in self.data.items()]
+
+    @property
+    def provide_label(self) -> list[DataDesc]:
+        return [DataDesc(k, (self.batch_size,) + v.shape[1:], v.dtype.name)
+                for k, v in self.label.items()]
+
+
+_END = object()
+
+
+class _Failure:
+    def __init__(self, err: BaseException):
+        self.err = err
+
+
+class PrefetchingIter(DataIter):
+    """Wraps an iterator and reads ahead on a background thread.
+
+    Up to ``depth`` batches wait in a queue while the device computes on
+    the current one. ``transform(batch) -> batch`` runs on the background
+    thread too; the Module passes one that copies the arrays to its devices,
+    so the host-to-device copy also overlaps the step. An exception raised
+    by the wrapped iterator is raised again by ``next()`` in the caller.
+    ``reset()`` stops the thread, resets the wrapped iterator and reads on.
+    """
+
+    def __init__(self, base: DataIter, depth: int = 2, transform: Callable | None = None):
+        super().__init__(getattr(base, "batch_size", 0))
+        if depth < 1:
+            raise TrainError(f"PrefetchingIter: depth must be at least 1, got {depth}")
+        self.base = base
+        self.depth = int(depth)
+        self.transform = transform
+        self._queue: queue.Queue | None = None
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._done = False
+
+    def _start(self) -> None:
+        self._queue = queue.Queue(maxsize=self.depth)
+        self._stop = threading.Event()
+        self._done = False
+        q, stop, base, transform = self._queue, self._stop, self.base, self.transform
+
+        def work():
+            try:
+                while not stop.is_set():
+                    try:
+                        batch = base.next()
+                    except StopIteration:
+                        item = _END
+                    else:
+                        item = transform(batch) if transform is not None else batch
+                    while not stop.is_set():
+                        try:
+                            q.put(item, timeout=0.05)
+                            break
+                        except queue.Full:
+                            continue
+                    if item is _END:
+                        return
+            except BaseException as err:  # handed to the consumer, raised there
+                q.put(_Failure(err))
+
+        self._thread = threading.Thread(target=work, name="symgraph-prefetch", daemon=True)
+        self._thread.start()
+
+    def _shutdown(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        while self._thread.is_alive():
+            try:  # unblock a producer waiting on a full queue
+                self._queue.get_nowait()
+            except queue.Empty:
+                self._thread.join(0.05)
+        self._thread = None
+        self._queue = None
+
+    def next(self) -> DataBatch:
+        if self._done:
+            raise StopIteration
+        if self._thread is None:
+            self._start()
+        item = self._queue.get()
+        if isinstance(item, _Failure):
+            self._shutdown()
+            self._done = True
+            raise item.err
+        if item is _END:
+            self._thread.join()
+            self._thread = None
+            self._done = True
+            raise StopIteration
+        return item
+
+    def reset(self) -> None:
+        self._shutdown()
+        self.base.reset()
+        self._done = False
+
+    def close(self) -> None:
+        """Stops the background thread (also done by ``reset`` and at exit)."""
+        self._shutdown()
+
+    def __del__(self):
+        try:
+            self._shutdown()
+        except Exception:
+            pass
+
+    def set_epoch(self, epoch: int) -> None:
+        self._shutdown()
+        if not hasattr(self.base, "set_epoch"):
+            raise TrainError(f"{type(self.base).__name__} cannot be positioned at an epoch")
+        self.base.set_epoch(epoch)
+        self._done = False
+
+    @property
+    def provide_data(self):
+        return self.base.provide_data
+
+    @property
+    def provide_label(self):
+        return self.base.provide_label
+
+    @property
+    def num_batches(self):
+        return getattr(self.base, "num_batches", None)
+
+
+class ResizeIter(DataIter):
+    """Makes an epoch exactly ``size`` batches long, restarting the wrapped
+    iterator when it runs out (``reset_internal``) or continuing it."""
+
+    def __init__(self, data_iter: DataIter, size: int, reset_internal: bool = True):
+        super().__init__(data_iter.batch_size)
+        self.data_iter = data_iter
+        self.size = int(size)
+        self.reset_internal = reset_internal
+        self._count = 0
+
+    def reset(self) -> None:
+        self._count = 0
+        if self.reset_internal:
+            self.data_iter.reset()
+
+    def next(self) -> DataBatch:
+        if self._count >= self.size:
+            raise StopIteration
+        try:
+            batch = self.data_iter.next()
+        except StopIteration:
+            self.data_iter.reset()
+            batch = self.data_iter.next()
+        self._count += 1
+        return batch
+
+    @property
+    def num_batches(self) -> int:
+        return self.size
+
+    @property
+    def provide_data(self):
+        return self.data_iter.provide_data
+
+    @property
+    def provide_label(self):
+        return self.data_iter.provide_label

@@ -1,0 +1,852 @@
+"""``sg.mod.Module``: MXNet's Module API over compiled XLA programs.
+
+    mod = sg.mod.Module(net, data_names=['data'], label_names=['softmax_label'],
+                        context=[sg.cpu(0), sg.cpu(1)])
+    mod.fit(train_iter, eval_data=val_iter, optimizer='sgd',
+            optimizer_params={'learning_rate': 0.1, 'momentum': 0.9},
+            initializer=sg.init.Xavier(), eval_metric='acc', num_epoch=10,
+            batch_end_callback=sg.callback.Speedometer(64, 50),
+            epoch_end_callback=sg.callback.module_checkpoint(mod, 'digits'))
+    mod.score(val_iter, 'acc')
+    mod.save_checkpoint('digits', 10, save_optimizer_states=True)
+    mod = sg.mod.Module.load('digits', 10, load_optimizer_states=True)
+    mod.fit(train_iter, ..., begin_epoch=10, num_epoch=20)   # continues exactly
+
+Each ``fit`` batch runs one XLA program: forward, the explicit backward
+graph, the gradient sum over devices and the optimizer update, with the
+parameters, optimizer state and BatchNorm statistics donated so they are
+updated in place (``train.step``). ``forward``/``backward``/``update`` run
+the same computation in three programs, for code that drives the steps
+itself. Several contexts split every batch evenly over their devices
+(``parallel.data_parallel``); the result equals one device on the whole
+batch, up to float rounding, for nets without batch statistics.
+
+Differences from MXNet worth knowing: metrics and predictions leave out
+the padding of a padded last batch; ``fit`` positions an iterator that has
+``set_epoch`` (``NDArrayIter`` does) at ``begin_epoch``, so a resumed run
+sees the data order of an uninterrupted one; a net's non-loss outputs get a
+head gradient of ones.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..context import Context
+from ..errors import BindError
+from ..ndarray import NDArray
+from ..parallel.data_parallel import DeviceSet
+from ..passes.infer import infer_shapes
+from . import TrainError
+from . import callback as cb
+from . import initializer as init_mod
+from . import metric as metric_mod
+from . import optimizer as opt_mod
+from .checkpoint import (load_checkpoint, load_params_file, params_path,
+                         save_checkpoint, save_params_file, split_arg_aux)
+from .io import DataBatch, DataDesc, PrefetchingIter, as_descs
+from .step import TrainPrograms, batch_signature
+
+GRAD_REQS = ("write", "add", "null")
+
+
+def states_path(prefix: str, epoch: int) -> str:
+    return f"{prefix}-{int(epoch):04d}.states"
+
+
+def _as_list(x):
+    if x is None:
+        return []
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _host(x) -> np.ndarray:
+    if isinstance(x, NDArray):
+        return x.asnumpy()
+    return np.asarray(x)
+
+
+class Module:
+    """A symbol bound to devices, with parameters, an optimizer and
+    ``fit``/``score``/``predict`` (MXNet's ``mx.mod.Module``).
+
+    ``context``: a Context or a list (data parallel over them).
+    ``fixed_param_names``: arguments kept fixed during training.
+    ``compute_dtype``: 'float32', or 'bfloat16'/'float16' to compute in low
+    precision with float32 master weights; ``loss_scale`` for float16.
+    ``seed``: the random key of ops such as Dropout (per update count, so a
+    resumed run draws the same numbers).
+    """
+
+    def __init__(self, symbol, data_names=("data",), label_names=("softmax_label",),
+                 logger=logging, context=None, work_load_list=None, fixed_param_names=None,
+                 state_names=None, group2ctxs=None, compression_params=None,
+                 compute_dtype: str = "float32", loss_scale: float = 1.0, seed: int = 0):
+        self.symbol = symbol
+        self.logger = logger
+        args = symbol.list_arguments()
+        data_names = list(data_names or [])
+        label_names = list(label_names or [])
+        missing = [n for n in data_names if n not in args]
+        if missing:
+            raise BindError(f"data name(s) {', '.join(missing)} are not arguments of the "
+                            f"symbol; its arguments are {', '.join(args)}")
+        dropped = [n for n in label_names if n not in args]
+        if dropped:
+            logger.warning("label name(s) %s are not arguments of the symbol; ignored",
+                           ", ".join(dropped))
+        self._data_names = data_names
+        self._label_names = [n for n in label_names if n in args]
+        fixed = list(fixed_param_names or [])
+        inputs = set(self._data_names) | set(self._label_names)
+        self._param_names = [n for n in args if n not in inputs]
+        bad = [n for n in fixed if n not in self._param_names]
+        if bad:
+            raise BindError(f"fixed_param_names {bad} are not parameters of the symbol")
+        self._fixed_param_names = fixed
+        self._aux_names = symbol.list_auxiliary_states()
+        self._output_names = symbol.list_outputs()
+        if work_load_list is not None and len(set(work_load_list)) > 1:
+            raise BindError("uneven work_load_list is not supported: data parallel splits "
+                            "every batch evenly over the devices")
+        self._devices = DeviceSet(context)
+        self._context = self._devices.contexts
+        self._compute_dtype = compute_dtype
+        self._loss_scale = float(loss_scale)
+        self._key = jax.random.key(int(seed))
+        self.binded = False
+        self.for_training = False
+        self.inputs_need_grad = False
+        self.params_initialized = False
+        self.optimizer_initialized = False
+        self._data_shapes: list[DataDesc] = []
+        self._label_shapes: list[DataDesc] = []
+        self._programs: TrainPrograms | None = None
+        # parameters before bind (host) and after (device arrays)
+        self._pending: tuple[dict, dict] | None = None
+        self._params: dict = {}
+        self._fixed: dict = {}
+        self._aux: dict = {}
+        self._param_info: dict = {}
+        self._grads: dict = {}
+        self._input_grads: dict = {}
+        self._optimizer = None
+        self._opt_states: dict = {}
+        self._kvstore = None
+        self._preload_opt_states: str | None = None
+        self._outputs: list = []
+        self._saved = None
+        self._last_pad = 0
+        self._last_sig = None
+        self._infer_count = 0
+
+    # -- names and shapes -----------------------------------------------------------
+    @property
+    def data_names(self):
+        return list(self._data_names)
+
+    @property
+    def label_names(self):
+        return list(self._label_names)
+
+    @property
+    def output_names(self):
+        return list(self._output_names)
+
+    @property
+    def data_shapes(self):
+        return list(self._data_shapes)
+
+    @property
+    def label_shapes(self):
+        return list(self._label_shapes)
+
+    @property
+    def output_shapes(self):
+        self._check_bound("output_shapes")
+        shapes = {d.name: d.shape for d in self._data_shapes + self._label_shapes}
+        _, outs, _ = self.symbol.infer_shape(**shapes)
+        return list(zip(self._output_names, outs))
+
+    @property
+    def context(self) -> list[Context]:
+        return list(self._context)
+
+    @property
+    def _trainable(self) -> list[str]:
+        if not self.for_training:
+            return []
+        return [n for n in self._param_names if self._grad_req.get(n, "write") != "null"]
+
+    def _check_bound(self, what):
+        if not self.binded:
+            raise TrainError(f"{what}: call bind() first (or fit(), which binds)")
+
+    def _check_params(self, what):
+        self._check_bound(what)
+        if not self.params_initialized:
+            raise TrainError(f"{what}: call init_params() first")
+
+    # -- bind -------------------------------------------------------------------------
+    def bind(self, data_shapes, label_shapes=None, for_training: bool = True,
+             inputs_need_grad: bool = False, force_rebind: bool = False, shared_module=None,
+             grad_req="write"):
+        """Fixes the input shapes (``DataDesc``s or ``(name, shape)``) and
+        infers every parameter's shape and dtype from them."""
+        if self.binded and not force_rebind:
+            self.logger.warning("Already bound, ignoring bind(); use force_rebind=True")
+            return
+        if shared_module is not None:
+            raise BindError("shared_module is not supported; bind a new Module")
+        data = as_descs(data_shapes)
+        labels = as_descs(label_shapes)
+        names = [d.name for d in data]
+        if sorted(names) != sorted(self._data_names):
+            raise BindError(f"data_shapes name {names}, but the module's data_names are "
+                            f"{self._data_names}")
+        lnames = [d.name for d in labels]
+        extra = [n for n in lnames if n not in self._label_names]
+        if extra:
+            raise BindError(f"label_shapes name {extra}, which are not among the module's "
+                            f"label_names {self._label_names}")
+        if for_training and len(labels) < len(self._label_names):
+            raise BindError(f"training needs the shapes of the labels {self._label_names}; "
+                            f"pass label_shapes (e.g. train_iter.provide_label)")
+        batch = data[0].shape[0]
+        for d in data + labels:
+            if not d.shape or d.shape[0] != batch:
+                raise BindError(f"input '{d.name}' has shape {d.shape}; every input needs the "
+                                f"batch size {batch} first")
+        if for_training:
+            self._devices.check_batch_size(batch)
+        if isinstance(grad_req, str):
+            if grad_req not in GRAD_REQS:
+                raise BindError(f"grad_req={grad_req!r}; use one of {', '.join(GRAD_REQS)}")
+            req = {n: grad_req for n in self._param_names}
+        else:
+            req = dict(grad_req)
+            bad = {k: v for k, v in req.items() if v not in GRAD_REQS}
+            if bad:
+                raise BindError(f"grad_req {bad}: use one of {', '.join(GRAD_REQS)}")
+        for n in self._fixed_param_names:
+            req[n] = "null"
+        self._grad_req = req
+        # shapes and dtypes of every parameter from the input shapes
+        g = self.symbol.graph()
+        shapes = {d.name: d.shape for d in data + labels}
+        dtypes = {d.name: d.dtype for d in data + labels if d.dtype is not None}
+        inf = infer_shapes(g, shapes, dtypes=dtypes)
+        self._param_info = {n.name: (tuple(inf.shapes[g.entry_id_of_node(n)]),
+                                     inf.dtypes[g.entry_id_of_node(n)])
+                            for n in g.variables}
+        self._data_shapes, self._label_shapes = data, labels
+        self.for_training = bool(for_training)
+        self.inputs_need_grad = bool(inputs_need_grad)
+        trainable = self._trainable
+        fixed = [n for n in self._param_names if n not in trainable]
+        self._programs = TrainPrograms(self.symbol, self._data_names, self._label_names,
+                                       trainable, fixed, self._aux_names, self._devices,
+                                       self._compute_dtype, self._loss_scale)
+        was_bound = self.binded
+        self.binded = True
+        if self.params_initialized and was_bound:
+            self._pending = self._host_params()
+        if self.params_initialized and self._pending is not None:
+            arg, aux = self._pending
+            self._place_params(arg, aux)
+            self._pending = None
+        if was_bound and self.optimizer_initialized and \
+                sorted(self._opt_states) != sorted(trainable):
+            self.optimizer_initialized = False  # other parameters train now
+
+    def reshape(self, data_shapes, label_shapes=None):
+        """New input shapes (same parameters); programs recompile as needed."""
+        self._check_bound("reshape")
+        self.bind(data_shapes, label_shapes, self.for_training, self.inputs_need_grad,
+                  force_rebind=True, grad_req=self._grad_req)
+
+    # -- parameters ----------------------------------------------------------------------
+    def _place_params(self, arg: dict, aux: dict) -> None:
+        put = self._devices.put_replicated
+        params, fixed = {}, {}
+        trainable = set(self._trainable)
+        for n in self._param_names:
+            shape, dtype = self._param_info[n]
+            v = np.asarray(arg[n], dtype=dtype)
+            (params if n in trainable else fixed)[n] = v
+        auxv = {n: np.asarray(aux[n], dtype=self._param_info[n][1]) for n in self._aux_names}
+        self._params, self._fixed, self._aux = put(params), put(fixed), put(auxv)
+        self._grads = {}
+        self.params_initialized = True
+
+    def _host_params(self) -> tuple[dict, dict]:
+        if self._pending is not None and not self._params:
+            return self._pending
+        arg = {k: np.asarray(v) for k, v in {**self._params, **self._fixed}.items()}
+        aux = {k: np.asarray(v) for k, v in self._aux.items()}
+        return arg, aux
+
+    def init_params(self, initializer=None, arg_params=None, aux_params=None,
+                    allow_missing: bool = False, force_init: bool = False,
+                    allow_extra: bool = False, seed: int | None = None):
+        """Values for every parameter and aux state: from ``arg_params``/
+        ``aux_params`` where given, from ``initializer`` (default
+        ``Uniform(0.01)``, MXNet's) elsewhere. ``seed`` seeds the random
+        draws (NumPy's global generator picks one when None)."""
+        if self.params_initialized and not force_init:
+            self.logger.warning("Parameters already initialized and force_init=False. "
+                                "init_params call ignored.")
+            return
+        self._check_bound("init_params")
+        if initializer is None:
+            initializer = init_mod.Uniform(0.01)
+        initializer = init_mod.create(initializer) if not callable(initializer) else initializer
+        if seed is None:
+            seed = int(np.random.randint(0, 2 ** 31 - 1))
+        rng = np.random.default_rng(seed)
+        attrs = self.symbol.attr_dict()
+        have_arg = {k: _host(v) for k, v in (arg_params or {}).items()}
+        have_aux = {k: _host(v) for k, v in (aux_params or {}).items()}
+        if not allow_extra:
+            extra = [k for k in have_arg if k not in self._param_names] + \
+                [k for k in have_aux if k not in self._aux_names]
+            if extra:
+                raise TrainError(f"init_params: {', '.join(extra)} are not parameters of the "
+                                 f"symbol (pass allow_extra=True to ignore them)")
+
+        def fill(names, have, given):
+            out = {}
+            for n in names:
+                shape, dtype = self._param_info[n]
+                if n in have:
+                    v = have[n]
+                    if tuple(v.shape) != shape:
+                        raise TrainError(f"init_params: '{n}' has shape {tuple(v.shape)}, the "
+                                         f"bound symbol needs {shape}")
+                    out[n] = v
+                    continue
+                if given is not None and not allow_missing:
+                    raise TrainError(f"init_params: no value for '{n}' in the given params "
+                                     f"(pass allow_missing=True to initialize it)")
+                arr = np.zeros(shape, np.float64 if dtype == "float64" else np.float32)
+                initializer(init_mod.InitDesc(n, attrs.get(n, {})), arr, rng=rng)
+                out[n] = arr
+            return out
+
+        arg = fill(self._param_names, have_arg, arg_params)
+        aux = fill(self._aux_names, have_aux, aux_params)
+        self._place_params(arg, aux)
+
+    def set_params(self, arg_params, aux_params=None, allow_missing: bool = False,
+                   force_init: bool = True, allow_extra: bool = False):
+        """Sets the parameters (copied); before ``bind`` they wait for it."""
+        if not self.binded:
+            self._pending = ({k: _host(v) for k, v in arg_params.items()},
+                             {k: _host(v) for k, v in (aux_params or {}).items()})
+            self.params_initialized = True
+            return
+        self.init_params(None, arg_params, aux_params or {}, allow_missing, force_init,
+                         allow_extra)
+
+    def get_params(self) -> tuple[dict, dict]:
+        """``(arg_params, aux_params)``: copies of the current values as
+        NDArrays (the device buffers are updated in place by training)."""
+        if not self.binded and self._pending is not None:
+            arg, aux = self._pending
+        else:
+            self._check_params("get_params")
+            arg, aux = self._host_params()
+        return ({k: NDArray(np.array(v)) for k, v in arg.items()},
+                {k: NDArray(np.array(v)) for k, v in aux.items()})
+
+    # -- optimizer ---------------------------------------------------------------------------
+    def init_optimizer(self, kvstore="local", optimizer="sgd",
+                       optimizer_params=(("learning_rate", 0.01),), force_init: bool = False):
+        """Creates the optimizer (``rescale_grad`` defaults to 1/batch size,
+        as in MXNet) and its state; ``kvstore`` picks the gradient store
+        ('local', 'device', a KVStore, or None)."""
+        if self.optimizer_initialized and not force_init:
+            self.logger.warning("optimizer already initialized, ignoring...")
+            return
+        self._check_params("init_optimizer")
+        from ..parallel import kvstore as kvs
+        self._kvstore = kvs.create(kvstore) if kvstore is not None else None
+        batch_size = self._data_shapes[0].shape[0]
+        idx2name = dict(enumerate(self._param_names))
+        if isinstance(optimizer, str):
+            params = dict(optimizer_params or {})
+            params.setdefault("rescale_grad", 1.0 / batch_size)
+            optimizer = opt_mod.create(optimizer, sym=self.symbol, param_idx2name=idx2name,
+                                       **params)
+        elif isinstance(optimizer, opt_mod.Optimizer):
+            if optimizer.rescale_grad != 1.0 / batch_size:
+                self.logger.warning(
+                    "Optimizer created manually outside Module but rescale_grad is not "
+                    "normalized to 1.0/batch_size (%s vs. %s). Is this intended?",
+                    optimizer.rescale_grad, 1.0 / batch_size)
+            if not optimizer.idx2name:
+                optimizer.idx2name = idx2name
+                optimizer.set_wd_mult(optimizer.wd_mult)
+        else:
+            raise TrainError(f"optimizer must be a name or an Optimizer, got "
+                             f"{type(optimizer).__name__}")
+        self._optimizer = optimizer
+        if self._kvstore is not None:
+            self._kvstore.set_optimizer(optimizer)
+            self._programs.set_reducer(self._kvstore.step_reducer(self._devices))
+        else:
+            self._programs.set_reducer(self._devices.sum_over_devices)
+        self._opt_states = self._devices.put_replicated(
+            {n: tuple(optimizer.create_state(n, self._params[n])) for n in self._trainable})
+        self.optimizer_initialized = True
+        if self._preload_opt_states is not None:
+            self.load_optimizer_states(self._preload_opt_states)
+            self._preload_opt_states = None
+
+    @property
+    def optimizer(self):
+        return self._optimizer
+
+    def save_optimizer_states(self, fname: str) -> None:
+        """The optimizer's state arrays and update count, atomically."""
+        if not self.optimizer_initialized:
+            raise TrainError("save_optimizer_states: call init_optimizer() first")
+        save = {f"state:{n}:{i}": s for n, st in self._opt_states.items()
+                for i, s in enumerate(st)}
+        save["meta:num_update"] = np.array([self._optimizer.num_update], np.int64)
+        save_params_file(fname, save)
+
+    def load_optimizer_states(self, fname: str) -> None:
+        if not self.optimizer_initialized:
+            raise TrainError("load_optimizer_states: call init_optimizer() first")
+        loaded = load_params_file(fname)
+        states = {}
+        for n, st in self._opt_states.items():
+            new = []
+            for i, s in enumerate(st):
+                v = loaded.get(f"state:{n}:{i}")
+                if v is None or tuple(v.shape) != tuple(s.shape):
+                    raise TrainError(f"{fname}: no state {i} of shape {tuple(s.shape)} for "
+                                     f"'{n}'; was it saved by this optimizer and net?")
+                new.append(v.astype(s.dtype))
+            states[n] = tuple(new)
+        self._opt_states = self._devices.put_replicated(states)
+        if "meta:num_update" in loaded:
+            self._optimizer.num_update = int(loaded["meta:num_update"][0])
+
+    # -- batches ------------------------------------------------------------------------------
+    def _batch_arrays(self, data_batch, need_labels: bool) -> dict:
+        """Host or device arrays of a batch by input name, in bound dtypes."""
+        if isinstance(data_batch, dict):
+            arrays = dict(data_batch)
+        else:
+            data = _as_list(data_batch.data)
+            pd = data_batch.provide_data
+            dnames = [d[0] for d in pd] if pd else self._data_names
+            if len(data) != len(self._data_names):
+                raise TrainError(f"the batch has {len(data)} data arrays, the module takes "
+                                 f"{len(self._data_names)} ({self._data_names})")
+            arrays = dict(zip(dnames, data))
+            labels = _as_list(data_batch.label)
+            if labels:
+                pl = data_batch.provide_label
+                lnames = [d[0] for d in pl] if pl else self._label_names
+                arrays.update(zip(lnames, labels))
+        dtypes = {d.name: d.dtype for d in self._data_shapes + self._label_shapes}
+        out = {}
+        for n in self._data_names:
+            if n not in arrays:
+                raise TrainError(f"the batch has no array for input '{n}'")
+            out[n] = self._convert(arrays[n], dtypes.get(n) or self._param_info[n][1])
+        batch = next(iter(out.values())).shape[0]
+        for n in self._label_names:
+            if n in arrays:
+                out[n] = self._convert(arrays[n], dtypes.get(n) or self._param_info[n][1])
+            elif need_labels:
+                raise TrainError(f"training needs the label '{n}', the batch has none")
+            else:  # inference reads no label; feed zeros of its shape
+                shapes = {k: tuple(v.shape) for k, v in out.items()}
+                args, _, _ = self.symbol.infer_shape_partial(**shapes)
+                shape = dict(zip(self.symbol.list_arguments(), args)).get(n) or (batch,)
+                out[n] = np.zeros(shape, np.float32)
+        return out
+
+    @staticmethod
+    def _convert(x, dtype):
+        if isinstance(x, NDArray):
+            x = x.data
+        if isinstance(x, jax.Array):
+            return x if x.dtype == dtype else x.astype(dtype)
+        return np.asarray(x, dtype=dtype)
+
+    def _place_batch(self, data_batch, need_labels: bool) -> dict:
+        return self._devices.put_batch(self._batch_arrays(data_batch, need_labels))
+
+    def prepare_batch(self, data_batch: DataBatch, need_labels: bool = True) -> DataBatch:
+        """The batch with its arrays already on this module's devices (what
+        the prefetching iterator runs ahead on its thread)."""
+        arrays = self._place_batch(data_batch, need_labels=need_labels)
+        batch = DataBatch([arrays[n] for n in self._data_names],
+                          [arrays[n] for n in self._label_names], data_batch.pad,
+                          data_batch.index, data_batch.bucket_key,
+                          provide_data=[(n, arrays[n].shape) for n in self._data_names],
+                          provide_label=[(n, arrays[n].shape) for n in self._label_names])
+        batch.original_label = data_batch.label
+        return batch
+
+    # -- computation ---------------------------------------------------------------------------
+    def _scalar(self, v):
+        """A traced scalar (learning rate, update count) in the weights'
+        precision: float64 weights get a float64 rate."""
+        wide = any(v.dtype == np.float64 for v in self._params.values())
+        return np.asarray(v, np.float64 if wide else np.float32)
+
+    def _count(self):
+        if self._optimizer is not None:
+            return self._scalar(self._optimizer.num_update + 1)
+        self._infer_count += 1
+        return self._scalar(self._infer_count)
+
+    def forward(self, data_batch, is_train: bool | None = None) -> None:
+        """Runs the forward pass (training mode saves what backward reads
+        and updates aux states such as BatchNorm's moving statistics)."""
+        self._check_params("forward")
+        if is_train is None:
+            is_train = self.for_training
+        if is_train and not self.for_training:
+            raise TrainError("forward(is_train=True) on a module bound with "
+                             "for_training=False")
+        self._last_pad = getattr(data_batch, "pad", 0) or 0
+        if is_train:
+            batch = self._place_batch(data_batch, need_labels=True)
+            sig = batch_signature(batch)
+            wrt = self._trainable + (self._data_names if self.inputs_need_grad else [])
+            t = self._count()
+            prog = self._programs.forward_train(sig, wrt)
+            outs, saved, self._aux = prog(self._params, self._aux, self._fixed, batch, t,
+                                          self._key)
+            self._saved = (sig, wrt, batch, saved, t)
+        else:
+            outs = self._run_infer(data_batch)
+            self._saved = None
+        self._outputs = list(outs)
+
+    def _run_infer(self, data_batch):
+        arrays = self._batch_arrays(data_batch, need_labels=False)
+        batch = next(iter(arrays.values())).shape[0]
+        n = self._devices.n
+        extra = (-batch) % n
+        if extra:  # inference may take any batch size: pad to split evenly
+            arrays = {k: np.concatenate([np.asarray(v), np.repeat(np.asarray(v)[-1:], extra, 0)])
+                      for k, v in arrays.items()}
+        placed = self._devices.put_batch(arrays)
+        sig = batch_signature(placed)
+        prog = self._programs.infer(sig)
+        self._infer_count += 1
+        outs = prog(self._params, self._aux, self._fixed, placed,
+                    self._scalar(self._infer_count), self._key)
+        if extra:
+            info = self._programs._outputs_info(sig)
+            outs = [o[:batch] if batched else o for o, (_, batched) in zip(outs, info)]
+        return outs
+
+    def backward(self, out_grads=None) -> None:
+        """Gradients of the trained parameters (summed over devices) from
+        the last ``forward(is_train=True)``; ``out_grads`` are head gradients
+        of outputs that are not losses (ones when None)."""
+        if self._saved is None:
+            raise TrainError("backward() needs a forward(is_train=True) first")
+        sig, wrt, batch, saved, t = self._saved
+        heads = [None] * len(self._output_names)
+        if out_grads is not None:
+            for i, og in enumerate(_as_list(out_grads)):
+                if og is not None:
+                    heads[i] = self._convert(og, "float32")
+            info = self._programs._outputs_info(sig)
+            heads = [self._devices.put_batch(h) if h is not None and info[i][1] else
+                     (self._devices.put_replicated(h) if h is not None else None)
+                     for i, h in enumerate(heads)]
+        prog = self._programs.backward(sig, wrt)
+        pgrads, igrads = prog(self._params, self._aux, self._fixed, batch, saved, heads, t,
+                              self._key)
+        for k, gr in pgrads.items():
+            if self._grad_req.get(k) == "add" and k in self._grads:
+                self._grads[k] = self._grads[k] + gr
+            else:
+                self._grads[k] = gr
+        self._input_grads = igrads
+
+    def forward_backward(self, data_batch) -> None:
+        self.forward(data_batch, is_train=True)
+        self.backward()
+
+    def update(self) -> None:
+        """One optimizer step with the gradients of the last ``backward``."""
+        if not self.optimizer_initialized:
+            raise TrainError("update() needs init_optimizer() first")
+        if not self._grads:
+            raise TrainError("update() needs backward() first")
+        lr, t = self._optimizer.begin_update()
+        prog = self._programs.update(self._optimizer)
+        self._params, self._opt_states = prog(self._params, self._grads, self._opt_states,
+                                              self._scalar(lr), self._scalar(t))
+        if any(self._grad_req.get(k) == "add" for k in self._grads):
+            self._grads = {k: v for k, v in self._grads.items()
+                           if self._grad_req.get(k) == "add"}
+        else:
+            self._grads = {}
+
+    def train_step(self, data_batch) -> None:
+        """forward + backward + update as one compiled program (what ``fit``
+        runs per batch); the outputs are then ``get_outputs()``."""
+        if not self.optimizer_initialized:
+            raise TrainError("train_step() needs init_optimizer() first")
+        batch = self._place_batch(data_batch, need_labels=True)
+        sig = batch_signature(batch)
+        self._last_sig = sig
+        self._last_pad = getattr(data_batch, "pad", 0) or 0
+        lr, t = self._optimizer.begin_update()
+        prog = self._programs.fused(sig, self._optimizer)
+        self._params, self._opt_states, self._aux, outs = prog(
+            self._params, self._opt_states, self._aux, self._fixed, batch, self._scalar(lr),
+            self._scalar(t), self._key)
+        self._outputs = list(outs)
+        self._saved = None
+
+    def get_outputs(self, merge_multi_context: bool = True) -> list[NDArray]:
+        """The outputs of the last forward (whole batch, padding included)."""
+        return [NDArray(o) for o in self._outputs]
+
+    def get_input_grads(self, merge_multi_context: bool = True) -> list[NDArray]:
+        if not self.inputs_need_grad:
+            raise TrainError("get_input_grads: bind with inputs_need_grad=True")
+        return [NDArray(self._input_grads[n]) for n in self._data_names]
+
+    def get_grads(self) -> dict:
+        """The gradients of the last ``backward``, by parameter name."""
+        return {k: NDArray(v) for k, v in self._grads.items()}
+
+    def update_metric(self, eval_metric, labels, pre_sliced: bool = False) -> None:
+        """Updates ``eval_metric`` with the last outputs, leaving out the
+        padding of the last batch."""
+        labels = _as_list(labels)
+        keep = None
+        outs = [np.asarray(o) for o in self._outputs]
+        if self._last_pad:
+            batch = next((o.shape[0] for o in outs if o.ndim), 0)
+            keep = batch - self._last_pad
+        def cut(x):
+            x = _host(x)
+            return x[:keep] if keep is not None and x.ndim else x
+        label_dict = dict(zip(self._label_names, [cut(x) for x in labels]))
+        pred_dict = dict(zip(self._output_names, [cut(o) for o in outs]))
+        eval_metric.update_dict(label_dict, pred_dict)
+
+    # -- fit / score / predict -------------------------------------------------------------------
+    def fit(self, train_data, eval_data=None, eval_metric="acc", epoch_end_callback=None,
+            batch_end_callback=None, kvstore="local", optimizer="sgd",
+            optimizer_params=(("learning_rate", 0.01),), eval_end_callback=None,
+            eval_batch_end_callback=None, initializer=None, arg_params=None, aux_params=None,
+            allow_missing: bool = False, force_rebind: bool = False, force_init: bool = False,
+            begin_epoch: int = 0, num_epoch: int | None = None, validation_metric=None,
+            monitor=None, sparse_row_id_fn=None, prefetch: int = 2, seed: int | None = None):
+        """Trains for ``num_epoch`` epochs from ``begin_epoch`` (MXNet's
+        arguments). ``prefetch`` batches are prepared and copied to the
+        devices on a background thread (0 turns that off); ``seed`` seeds the
+        initializer."""
+        if num_epoch is None:
+            raise TrainError("fit: please specify num_epoch")
+        if initializer is None:
+            initializer = init_mod.Uniform(0.01)
+        self.bind(data_shapes=train_data.provide_data, label_shapes=train_data.provide_label,
+                  for_training=True, force_rebind=force_rebind)
+        self.init_params(initializer=initializer, arg_params=arg_params,
+                         aux_params=aux_params, allow_missing=allow_missing,
+                         force_init=force_init, seed=seed)
+        self.init_optimizer(kvstore=kvstore, optimizer=optimizer,
+                            optimizer_params=optimizer_params)
+        if begin_epoch and self._optimizer.num_update == self._optimizer.begin_num_update:
+            # no optimizer state was loaded: at least resume the lr schedule
+            per_epoch = getattr(train_data, "num_batches", None)
+            if per_epoch:
+                self._optimizer.num_update += begin_epoch * int(per_epoch)
+        if validation_metric is None:
+            validation_metric = eval_metric
+        eval_metric = metric_mod.create(eval_metric)
+        validation_metric = metric_mod.create(validation_metric)
+        if begin_epoch and hasattr(train_data, "set_epoch"):
+            train_data.set_epoch(begin_epoch)
+        source = train_data
+        if prefetch:
+            source = PrefetchingIter(train_data, depth=prefetch, transform=self.prepare_batch)
+        try:
+            for epoch in range(begin_epoch, num_epoch):
+                tic = time.time()
+                eval_metric.reset()
+                nbatch = 0
+                for data_batch in source:
+                    self.train_step(data_batch)
+                    self.update_metric(eval_metric, getattr(data_batch, "original_label",
+                                                            data_batch.label))
+                    if batch_end_callback is not None:
+                        params = cb.BatchEndParam(epoch=epoch, nbatch=nbatch,
+                                                  eval_metric=eval_metric, locals=locals())
+                        for callback in _as_list(batch_end_callback):
+                            callback(params)
+                    nbatch += 1
+                for name, val in eval_metric.get_global_name_value():
+                    self.logger.info("Epoch[%d] Train-%s=%f", epoch, name, val)
+                self.logger.info("Epoch[%d] Time cost=%.3f", epoch, time.time() - tic)
+                if epoch_end_callback is not None:
+                    arg, aux = self.get_params()
+                    for callback in _as_list(epoch_end_callback):
+                        callback(epoch, self.symbol, arg, aux)
+                if eval_data is not None:
+                    res = self.score(eval_data, validation_metric,
+                                     score_end_callback=eval_end_callback,
+                                     batch_end_callback=eval_batch_end_callback, epoch=epoch)
+                    for name, val in res:
+                        self.logger.info("Epoch[%d] Validation-%s=%f", epoch, name, val)
+                source.reset()
+        finally:
+            if source is not train_data:
+                source.close()
+
+    def score(self, eval_data, eval_metric, num_batch=None, batch_end_callback=None,
+              score_end_callback=None, reset: bool = True, epoch: int = 0,
+              sparse_row_id_fn=None):
+        """Runs inference over ``eval_data``; returns the metric's
+        ``[(name, value)]``."""
+        self._check_params("score")
+        if reset:
+            eval_data.reset()
+        eval_metric = metric_mod.create(eval_metric)
+        eval_metric.reset()
+        nbatch = 0
+        for nbatch, batch in enumerate(eval_data):
+            if num_batch is not None and nbatch == num_batch:
+                break
+            self.forward(batch, is_train=False)
+            self.update_metric(eval_metric, batch.label)
+            if batch_end_callback is not None:
+                params = cb.BatchEndParam(epoch=epoch, nbatch=nbatch, eval_metric=eval_metric,
+                                          locals=locals())
+                for callback in _as_list(batch_end_callback):
+                    callback(params)
+        if score_end_callback is not None:
+            params = cb.BatchEndParam(epoch=epoch, nbatch=nbatch, eval_metric=eval_metric,
+                                      locals=locals())
+            for callback in _as_list(score_end_callback):
+                callback(params)
+        return eval_metric.get_global_name_value()
+
+    def iter_predict(self, eval_data, num_batch=None, reset: bool = True):
+        """Yields ``(outputs without padding, batch index, batch)``."""
+        self._check_params("iter_predict")
+        if reset:
+            eval_data.reset()
+        for nbatch, batch in enumerate(eval_data):
+            if num_batch is not None and nbatch == num_batch:
+                break
+            self.forward(batch, is_train=False)
+            pad = batch.pad or 0
+            outs = [NDArray(o[: o.shape[0] - pad] if o.ndim else o) for o in self._outputs]
+            yield outs, nbatch, batch
+
+    def predict(self, eval_data, num_batch=None, merge_batches: bool = True,
+                reset: bool = True, always_output_list: bool = False):
+        """The outputs over ``eval_data``, concatenated across batches
+        (padding removed); one NDArray for a one-output net."""
+        if isinstance(eval_data, (np.ndarray, NDArray, jax.Array)):
+            from .io import NDArrayIter
+            eval_data = NDArrayIter(eval_data, batch_size=self._data_shapes[0].shape[0]
+                                    if self._data_shapes else 1)
+        outputs = [outs for outs, _, _ in self.iter_predict(eval_data, num_batch, reset)]
+        if not outputs:
+            return []
+        if not merge_batches:
+            return outputs
+        merged = [NDArray(np.concatenate([b[i].asnumpy() for b in outputs]))
+                  for i in range(len(outputs[0]))]
+        if len(merged) == 1 and not always_output_list:
+            return merged[0]
+        return merged
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def save_checkpoint(self, prefix: str, epoch: int, save_optimizer_states: bool = False,
+                        remove_amp_cast: bool = True) -> None:
+        """``prefix-symbol.json``, ``prefix-%04d.params`` and, optionally,
+        ``prefix-%04d.states``; each written atomically."""
+        arg, aux = self._host_params() if self.binded else self._pending
+        save_checkpoint(prefix, epoch, self.symbol, arg, aux)
+        if save_optimizer_states:
+            self.save_optimizer_states(states_path(prefix, epoch))
+
+    @staticmethod
+    def load(prefix: str, epoch: int, load_optimizer_states: bool = False, **kwargs):
+        """A Module from a checkpoint; ``kwargs`` go to ``Module(...)``. With
+        ``load_optimizer_states`` the state is restored at init_optimizer."""
+        net, arg, aux = load_checkpoint(prefix, epoch)
+        mod = Module(symbol=net, **kwargs)
+        mod.set_params(arg, aux)
+        if load_optimizer_states:
+            path = states_path(prefix, epoch)
+            if not os.path.exists(path):
+                raise TrainError(f"no optimizer states at {path}; save the checkpoint with "
+                                 f"save_optimizer_states=True")
+            mod._preload_opt_states = path
+        return mod
+
+    # -- memory -----------------------------------------------------------------------------
+    def plan_memory(self, **kwargs):
+        """The memory planner's ``Plan`` of what each device runs: the
+        training graph (or the inference graph, for a module not bound for
+        training) at the per-device batch. ``kwargs`` go to ``sg.plan``."""
+        self._check_bound("plan_memory")
+        from ..memory import plan
+        n = self._devices.n
+        shapes = {d.name: (d.shape[0] // n,) + tuple(d.shape[1:]) if self.for_training
+                  else tuple(d.shape) for d in self._data_shapes + self._label_shapes}
+        dtypes = {d.name: d.dtype for d in self._data_shapes + self._label_shapes if d.dtype}
+        return plan(self.symbol, shapes, train=self.for_training and bool(self._trainable),
+                    dtypes=dtypes, wrt=self._trainable or None,
+                    data_names=self._data_names, label_names=self._label_names, **kwargs)
+
+    def compiled_memory(self) -> dict:
+        """XLA's own figures (bytes) for the compiled training step at the
+        bound shapes: temp, argument, output and alias sizes."""
+        if not self.optimizer_initialized:
+            raise TrainError("compiled_memory: call init_optimizer() first")
+        shapes = {d.name: jax.ShapeDtypeStruct(d.shape, d.dtype or "float32",
+                                               sharding=self._devices.batch_sharded())
+                  for d in self._data_shapes + self._label_shapes}
+        sig = batch_signature(shapes)
+        prog = self._programs.fused(sig, self._optimizer)
+        lowered = prog.lower(self._params, self._opt_states, self._aux, self._fixed, shapes,
+                             self._scalar(0.1), self._scalar(1), self._key)
+        ma = lowered.compile().memory_analysis()
+        names = ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes",
+                 "alias_size_in_bytes")
+        return {n.replace("_size_in_bytes", ""): int(getattr(ma, n, -1)) for n in names}
+
+
+def save_params(fname: str, arg_params: dict, aux_params: dict | None = None) -> None:
+    """``arg:``/``aux:`` arrays in MXNet's ``.params`` format, atomically."""
+    save = {f"arg:{k}": v for k, v in arg_params.items()}
+    save.update({f"aux:{k}": v for k, v in (aux_params or {}).items()})
+    save_params_file(fname, save)
+
+
+def load_params(fname: str) -> tuple[dict, dict]:
+    """``(arg_params, aux_params)`` NDArrays from a ``.params`` file."""
+    arg, aux = split_arg_aux(load_params_file(fname))
+    return ({k: NDArray(v) for k, v in arg.items()}, {k: NDArray(v) for k, v in aux.items()})
+
+
+__all__ = ["Module", "load_checkpoint", "save_checkpoint", "save_params", "load_params",
+           "params_path", "states_path"]

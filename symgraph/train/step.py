@@ -1,0 +1,370 @@
+"""The compiled training programs of a Module.
+
+``TrainPrograms`` turns a symbol into jitted programs over a ``DeviceSet``:
+
+- ``fused``: forward, backward and the optimizer update as ONE XLA program
+  (what ``fit`` runs each batch). Parameters, optimizer state and aux
+  states are donated, so XLA updates them in place.
+- ``forward_train`` / ``backward`` / ``update``: the same computation split
+  the way MXNet's ``forward(is_train=True)``, ``backward()`` and
+  ``update()`` are; the forward returns the tensors the backward reads
+  (as the Executor does), so nothing is computed twice.
+- ``infer``: the forward in inference mode (``score``, ``predict``).
+
+The gradient is the explicit backward graph of ``passes.gradient`` lowered
+by ``lower.lower`` -- the graph the memory planner plans -- not ``jax.grad``
+of the forward. Loss heads start the backward themselves; any other output
+gets a head gradient of ones (a scalar output is taken to be a mean over
+the batch, so on n devices its head gradient is 1/n).
+
+Mixed precision: with ``compute_dtype='bfloat16'`` (or float16) the
+float32 master weights, aux states and float inputs are cast down inside
+the program, the gradients come back cast up to float32, and the optimizer
+updates the float32 weights. ``loss_scale`` multiplies the loss heads'
+``grad_scale`` (and the head gradients) and divides the gradients again,
+for float16.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..graph import Entry, Graph, Node
+from ..lower import entry_key, lower
+from ..parallel.data_parallel import BATCH_AXIS, P, DeviceSet
+from ..passes.gradient import HEAD_GRAD_SUFFIX, build_gradient
+from ..passes.infer import infer_shapes
+from . import TrainError
+
+LOW_PRECISION = ("bfloat16", "float16")
+
+
+def _is_float(dtype) -> bool:
+    return jnp.issubdtype(dtype, jnp.floating)
+
+
+def scale_loss_heads(graph: Graph, scale_of) -> Graph:
+    """A copy of ``graph`` whose loss nodes have ``grad_scale`` multiplied by
+    ``scale_of(node)`` (nodes scaled by 1 are kept; nodes downstream of a
+    rewritten one are rebuilt). The forward computation is unchanged."""
+    new: dict[int, Node] = {}
+
+    def entry(e: Entry) -> Entry:
+        return Entry(new.get(id(e.node), e.node), e.index)
+
+    for n in graph.nodes:
+        if n.op is None:
+            continue
+        ins = [entry(e) for e in n.inputs]
+        s = scale_of(n) if n.op.is_loss else 1.0
+        if s != 1.0 or any(a.node is not b.node for a, b in zip(ins, n.inputs)):
+            attrs = dict(n.attrs)
+            if s != 1.0:
+                if "grad_scale" not in n.op.attrs:
+                    raise TrainError(
+                        f"loss node '{n.name}' ({n.op.name}) has no grad_scale attribute, so "
+                        f"its gradient cannot be scaled by {s:g} (needed for loss scaling or "
+                        f"for batch normalization over several devices)")
+                attrs["grad_scale"] = repr(float(n.params.grad_scale) * s)
+            new[id(n)] = Node(n.op, n.name, attrs, ins)
+    if not new:
+        return graph
+    return Graph([entry(e) for e in graph.outputs])
+
+
+class TrainPrograms:
+    """The jitted programs for one symbol, parameter split and device set.
+
+    ``trainable``: parameters that get gradients and updates; ``fixed``:
+    arguments that are neither data nor trained; ``aux``: aux states;
+    ``data_names``/``label_names``: the batch. Programs are built lazily per
+    batch signature (names, shapes, dtypes).
+    """
+
+    def __init__(self, symbol, data_names, label_names, trainable, fixed, aux,
+                 devices: DeviceSet, compute_dtype: str = "float32", loss_scale: float = 1.0):
+        self.symbol = symbol
+        self.graph: Graph = symbol.graph()
+        self.data_names = list(data_names)
+        self.label_names = list(label_names)
+        self.trainable = list(trainable)
+        self.fixed = list(fixed)
+        self.aux = list(aux)
+        self.devices = devices
+        self.compute_dtype = None if compute_dtype in (None, "float32", "float64") else \
+            str(jnp.dtype(compute_dtype))
+        if self.compute_dtype is not None and self.compute_dtype not in LOW_PRECISION:
+            raise TrainError(f"compute_dtype={compute_dtype!r}; use float32, bfloat16 or "
+                             f"float16")
+        self.loss_scale = float(loss_scale)
+        if not self.loss_scale > 0:
+            raise TrainError(f"loss_scale must be positive, got {loss_scale}")
+        self.n_out = len(self.graph.outputs)
+        self._cache: dict = {}
+        self._reduce = devices.sum_over_devices
+
+    def set_reducer(self, reduce) -> None:
+        """How gradients are combined across devices inside the programs
+        (a KVStore's ``step_reducer``); compiled programs are rebuilt."""
+        if reduce is not self._reduce:
+            self._reduce = reduce
+            self._cache = {k: v for k, v in self._cache.items()
+                           if k[0] not in ("fused", "bwd")}
+
+    # -- graphs -----------------------------------------------------------------
+    def _train_graph(self) -> Graph:
+        n = self.devices.n
+
+        def scale_of(node):
+            s = self.loss_scale
+            norm = node.params.get("normalization") if node.params else None
+            if n > 1 and norm in ("batch", "valid"):
+                s /= n  # each device normalizes by its own batch: the sum needs 1/n
+            return s
+        return scale_loss_heads(self.graph, scale_of)
+
+    def _gradient(self, wrt):
+        key = ("grad", tuple(wrt))
+        if key not in self._cache:
+            g = self._train_graph()
+            self._cache[key] = (g, build_gradient(g, list(wrt)))
+        return self._cache[key]
+
+    # -- shapes -----------------------------------------------------------------------
+    def local_shapes(self, sig) -> dict:
+        """Per-device shapes of the batch inputs of signature ``sig``."""
+        n = self.devices.n
+        return {name: (shape[0] // n,) + tuple(shape[1:]) for name, shape, _ in sig}
+
+    def _outputs_info(self, sig):
+        """Per output: (per-device shape, has a batch axis)."""
+        key = ("outs", sig)
+        if key not in self._cache:
+            local = self.local_shapes(sig)
+            inf = infer_shapes(self.graph, local, partial=True)
+            b = next(iter(local.values()))[0] if local else None
+            info = []
+            for e in self.graph.outputs:
+                s = inf.shapes[self.graph.entry_id(e)]
+                if s is None:
+                    raise TrainError(f"cannot infer the shape of output '{e!r}' from the "
+                                     f"batch shapes {local}")
+                info.append((tuple(s), len(s) > 0 and s[0] == b))
+            self._cache[key] = info
+        return self._cache[key]
+
+    def out_specs(self, sig):
+        return [P(BATCH_AXIS) if batched else P() for _, batched in self._outputs_info(sig)]
+
+    # -- pieces used inside the programs ------------------------------------------------
+    def _cast(self, x):
+        if self.compute_dtype is not None and _is_float(x.dtype):
+            return x.astype(self.compute_dtype)
+        return x
+
+    def _feeds(self, params, fixed, aux, batch) -> dict:
+        feeds = {k: self._cast(v) for k, v in params.items()}
+        feeds.update({k: self._cast(v) for k, v in fixed.items()})
+        feeds.update({k: self._cast(v) for k, v in aux.items()})
+        for k, v in batch.items():
+            feeds[k] = self._cast(v) if k not in self.label_names else v
+        return feeds
+
+    def _head_feeds(self, grad_graph: Graph, sig, given=None) -> dict:
+        """Head gradients of the non-loss outputs: ``given`` (per device) or
+        ones; a non-batch output's is divided by the device count."""
+        names = self.symbol.list_outputs()
+        info = self._outputs_info(sig)
+        feeds = {}
+        for v in grad_graph.variables:
+            if not v.name.endswith(HEAD_GRAD_SUFFIX):
+                continue
+            out_name = v.name[: -len(HEAD_GRAD_SUFFIX)]
+            if out_name not in names:
+                continue
+            i = names.index(out_name)
+            shape, batched = info[i]
+            scale = self.loss_scale / (1 if batched else self.devices.n)
+            if given is not None and given.get(i) is not None:
+                feeds[v.name] = self._cast(given[i]) * scale
+            else:
+                dtype = self.compute_dtype or "float32"
+                feeds[v.name] = jnp.full(shape, scale, dtype)
+        return feeds
+
+    def _key(self, key, t):
+        k = jax.random.fold_in(key, jnp.asarray(t).astype(jnp.uint32))
+        return jax.random.fold_in(k, self.devices.device_index())
+
+    def _combine_grads(self, grads: dict) -> dict:
+        grads = {k: g.astype(jnp.float32) if self.compute_dtype else g for k, g in grads.items()}
+        if self.loss_scale != 1.0:
+            grads = {k: g / self.loss_scale for k, g in grads.items()}
+        return self._reduce(grads)
+
+    def _combine_aux(self, aux: dict, updates: dict) -> dict:
+        upd = {k: v.astype(aux[k].dtype) for k, v in updates.items() if k in aux}
+        return {**aux, **self.devices.mean_over_devices(upd)}
+
+    def _finish_outputs(self, outs, sig):
+        outs = [o.astype(jnp.float32) if self.compute_dtype and _is_float(o.dtype) else o
+                for o in outs]
+        info = self._outputs_info(sig)
+        return [o if batched else self.devices.mean_over_devices(o)
+                for o, (_, batched) in zip(outs, info)]
+
+    @staticmethod
+    def apply_optimizer(optimizer, params, grads, states, lr, t, mults):
+        """New (params, states) from one optimizer step of every parameter."""
+        new_p, new_s = {}, {}
+        for name, w in params.items():
+            lr_mult, wd_mult = mults[name]
+            new_p[name], new_s[name] = optimizer.step(
+                w, grads[name].astype(w.dtype), tuple(states[name]), lr * lr_mult,
+                optimizer.wd * wd_mult, t)
+        return new_p, new_s
+
+    @staticmethod
+    def optimizer_key(optimizer, names) -> tuple:
+        """What the compiled update depends on besides traced scalars."""
+        mults = tuple((n, *optimizer._mults(n)) for n in names)
+        return (type(optimizer), repr(sorted(optimizer.hyperparams().items(), key=str)),
+                optimizer.wd, mults)
+
+    # -- the programs -------------------------------------------------------------------
+    def fused(self, sig, optimizer):
+        """``step(params, states, aux, fixed, batch, lr, t, key) ->
+        (params, states, aux, outputs)``: forward, backward and update."""
+        okey = self.optimizer_key(optimizer, self.trainable)
+        key = ("fused", sig, okey)
+        if key in self._cache:
+            return self._cache[key]
+        _, gg = self._gradient(self.trainable)
+        fn = lower(gg, is_train=True)
+        n_out, names = self.n_out, self.trainable
+        mults = {m[0]: m[1:] for m in okey[3]}
+
+        def local(params, states, aux, fixed, batch, lr, t, rkey):
+            feeds = self._feeds(params, fixed, aux, batch)
+            feeds.update(self._head_feeds(gg, sig))
+            outs, aux_upd = fn(feeds, self._key(rkey, t))
+            grads = self._combine_grads(dict(zip(names, outs[n_out:])))
+            new_p, new_s = self.apply_optimizer(optimizer, params, grads, states, lr, t, mults)
+            return new_p, new_s, self._combine_aux(aux, aux_upd), \
+                self._finish_outputs(outs[:n_out], sig)
+
+        spmd = self.devices.spmd(
+            local, in_specs=(P(), P(), P(), P(), P(BATCH_AXIS), P(), P(), P()),
+            out_specs=(P(), P(), P(), self.out_specs(sig)))
+        prog = jax.jit(spmd, donate_argnums=(0, 1, 2))
+        self._cache[key] = prog
+        return prog
+
+    def _split(self, wrt):
+        key = ("split", tuple(wrt))
+        if key in self._cache:
+            return self._cache[key]
+        g, gg = self._gradient(wrt)
+        fwd_ids = {id(n) for n in g.nodes}
+        saved: dict[str, Entry] = {}
+        for n in gg.nodes:
+            if id(n) in fwd_ids or n.op is None:
+                continue
+            for e in n.inputs:
+                if id(e.node) in fwd_ids and e.node.op is not None:
+                    saved.setdefault(entry_key(e), e)
+        fwd = Graph(list(g.outputs) + list(saved.values()))
+        bwd = Graph(gg.outputs[self.n_out:])
+        self._cache[key] = (fwd, bwd, list(saved), gg)
+        return self._cache[key]
+
+    def forward_train(self, sig, wrt):
+        """``f(params, aux, fixed, batch, t, key) -> (outputs, saved, aux)``;
+        ``saved`` holds, per device, what the backward reads."""
+        key = ("fwd", sig, tuple(wrt))
+        if key in self._cache:
+            return self._cache[key]
+        fwd, _, saved_keys, _ = self._split(wrt)
+        fn = lower(fwd, is_train=True)
+        n_out = self.n_out
+
+        def local(params, aux, fixed, batch, t, rkey):
+            outs, aux_upd = fn(self._feeds(params, fixed, aux, batch), self._key(rkey, t))
+            saved = [s[None] for s in outs[n_out:]]  # a leading device axis
+            return self._finish_outputs(outs[:n_out], sig), saved, \
+                self._combine_aux(aux, aux_upd)
+
+        spmd = self.devices.spmd(
+            local, in_specs=(P(), P(), P(), P(BATCH_AXIS), P(), P()),
+            out_specs=(self.out_specs(sig), [P(BATCH_AXIS)] * len(saved_keys), P()))
+        prog = jax.jit(spmd)
+        self._cache[key] = prog
+        return prog
+
+    def backward(self, sig, wrt):
+        """``f(params, aux, fixed, batch, saved, heads, t, key) -> grads``:
+        parameter gradients summed over devices, input gradients split."""
+        key = ("bwd", sig, tuple(wrt))
+        if key in self._cache:
+            return self._cache[key]
+        _, bwd, saved_keys, gg = self._split(wrt)
+        fn = lower(bwd, is_train=True)
+        inputs = set(self.data_names) | set(self.label_names)
+
+        def local(params, aux, fixed, batch, saved, heads, t, rkey):
+            feeds = self._feeds(params, fixed, aux, batch)
+            feeds.update(zip(saved_keys, [s[0] for s in saved]))
+            feeds.update(self._head_feeds(gg, sig, {i: h for i, h in enumerate(heads)}))
+            outs, _ = fn(feeds, self._key(rkey, t))
+            grads = dict(zip(wrt, outs))
+            pgrads = self._combine_grads({k: v for k, v in grads.items() if k not in inputs})
+            igrads = {k: v.astype(jnp.float32) / self.loss_scale if self.compute_dtype
+                      else v / self.loss_scale for k, v in grads.items() if k in inputs}
+            return pgrads, igrads
+
+        head_specs = self.out_specs(sig)
+        spmd = self.devices.spmd(
+            local, in_specs=(P(), P(), P(), P(BATCH_AXIS), [P(BATCH_AXIS)] * len(saved_keys),
+                             head_specs, P(), P()),
+            out_specs=(P(), P(BATCH_AXIS)))
+        prog = jax.jit(spmd)
+        self._cache[key] = prog
+        return prog
+
+    def update(self, optimizer):
+        """``f(params, grads, states, lr, t) -> (params, states)``, donated."""
+        okey = self.optimizer_key(optimizer, self.trainable)
+        key = ("update", okey)
+        if key in self._cache:
+            return self._cache[key]
+        mults = {m[0]: m[1:] for m in okey[3]}
+
+        def update(params, grads, states, lr, t):
+            return self.apply_optimizer(optimizer, params, grads, states, lr, t, mults)
+
+        prog = jax.jit(update, donate_argnums=(0, 2))
+        self._cache[key] = prog
+        return prog
+
+    def infer(self, sig):
+        """``f(params, aux, fixed, batch, t, key) -> outputs`` (inference)."""
+        key = ("infer", sig)
+        if key in self._cache:
+            return self._cache[key]
+        fn = lower(self.graph, is_train=False)
+
+        def local(params, aux, fixed, batch, t, rkey):
+            outs, _ = fn(self._feeds(params, fixed, aux, batch), self._key(rkey, t))
+            return self._finish_outputs(outs, sig)
+
+        spmd = self.devices.spmd(local, in_specs=(P(), P(), P(), P(BATCH_AXIS), P(), P()),
+                                 out_specs=self.out_specs(sig))
+        prog = jax.jit(spmd)
+        self._cache[key] = prog
+        return prog
+
+
+def batch_signature(batch: dict) -> tuple:
+    """Hashable (name, shape, dtype) of a placed or host batch."""
+    return tuple((k, tuple(np.shape(v)), str(v.dtype)) for k, v in batch.items())

@@ -1,0 +1,267 @@
+"""Memory benchmark: symgraph's plans for the zoo nets beside XLA's and MXNet's figures.
+
+For each net, batch size and mode (training: forward plus the parameter
+gradients; inference: forward only) it plans the graph with
+``symgraph.memory.plan`` and records
+
+- the buckets (``arguments``, ``gradients``, ``aux``) and the ``internal``
+  bucket under every strategy (naive, inplace, coshare, both, arena,
+  lower_bound), the savings relative to naive, and that every plan verified;
+- the planning time (all passes, all strategies, the static check);
+- XLA's ``memory_analysis()`` of the lowered program for the same graph
+  (temp, argument, output, alias bytes) and its compile time;
+- MXNet 1.9.1's figure for the same net, read from the ``mxnet.json`` that
+  ``benchmarks/mxnet_memory.py`` wrote (run in MXNet's own environment).
+
+It writes ``results.json``, ``results.md`` and PNG charts to the output
+folder. ``--quick`` plans two small nets at batch 4, for a test.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import time
+
+from ..errors import SymgraphError
+from ..util import atomic_write_text
+
+DEFAULT_NETS = ("alexnet", "vgg16", "googlenet", "inception-bn", "inception-v3", "resnet-50",
+                "resnet-152")
+DEFAULT_BATCHES = (32, 64, 128)
+QUICK_NETS = ("mlp", "resnet-cifar-20")
+QUICK_BATCHES = (4,)
+MODES = ("train", "infer")
+RESULTS_DIR = os.path.join("benchmarks", "results", "memory")
+MIB = 2 ** 20
+
+
+class BenchError(SymgraphError):
+    """Bad benchmark arguments or an unreadable MXNet results file."""
+
+
+# --------------------------------------------------------------------------
+# command line
+# --------------------------------------------------------------------------
+def _default_out() -> str:
+    # the checkout's results folder when run from a source checkout
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if os.path.isdir(os.path.join(repo, "benchmarks")):
+        return os.path.join(repo, RESULTS_DIR)
+    return RESULTS_DIR
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--nets", help="comma-separated zoo names (default: "
+                        + ",".join(DEFAULT_NETS) + ")")
+    parser.add_argument("--batch", help="comma-separated batch sizes (default: 32,64,128)")
+    parser.add_argument("--modes", default="train,infer",
+                        help="train, infer or both (default: %(default)s)")
+    parser.add_argument("--out", help="results folder (default: benchmarks/results/memory)")
+    parser.add_argument("--mxnet", metavar="MXNET.json",
+                        help="MXNet's figures from benchmarks/mxnet_memory.py (default: "
+                             "mxnet.json in the results folder, if there)")
+    parser.add_argument("--schedule", default="dfs", choices=("dfs", "memory"),
+                        help="the schedule plans are made for (default: %(default)s, "
+                             "MXNet's order); the other one's arena and bound are "
+                             "recorded too")
+    parser.add_argument("--no-xla", action="store_true",
+                        help="skip compiling the lowered programs (XLA's figures)")
+    parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--quick", action="store_true",
+                        help="two small nets at batch 4: a smoke test in seconds")
+
+
+def _names(text, default, what):
+    if not text:
+        return list(default)
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise BenchError(f"--{what}: empty list")
+    return items
+
+
+def run(args) -> int:
+    from ..models import model_info
+    nets = _names(args.nets, QUICK_NETS if args.quick else DEFAULT_NETS, "nets")
+    for n in nets:
+        model_info(n)  # an unknown name fails before any work
+    try:
+        batches = [int(b) for b in _names(args.batch, QUICK_BATCHES if args.quick
+                                          else DEFAULT_BATCHES, "batch")]
+    except ValueError:
+        raise BenchError(f"--batch: expected integers such as 32,64,128, got "
+                         f"{args.batch!r}") from None
+    if any(b < 1 for b in batches):
+        raise BenchError("--batch: batch sizes must be positive")
+    modes = _names(args.modes, MODES, "modes")
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise BenchError(f"--modes: unknown mode {bad[0]!r}; use train, infer or both")
+    out = args.out or _default_out()
+    mxnet_path = args.mxnet or os.path.join(out, "mxnet.json")
+    mxnet = load_mxnet(mxnet_path, required=bool(args.mxnet))
+    result = run_memory(nets, batches, modes, xla=not args.no_xla, mxnet=mxnet,
+                        schedule=args.schedule, progress=not args.no_progress,
+                        quick=args.quick)
+    files = write_results(result, out, charts=not args.no_charts)
+    print(f"wrote {', '.join(files)} to {out}")
+    return 0
+
+
+def main(argv=None) -> int:
+    """``benchmarks/memory.py``: the same as ``symgraph bench memory``."""
+    import sys
+
+    from ..cli import main as cli_main
+    return cli_main(["bench", "memory", *(sys.argv[1:] if argv is None else argv)])
+
+
+# --------------------------------------------------------------------------
+# MXNet's figures
+# --------------------------------------------------------------------------
+def load_mxnet(path: str, required: bool = False) -> dict | None:
+    """The results of benchmarks/mxnet_memory.py; None if absent and not required."""
+    if not os.path.exists(path):
+        if required:
+            raise BenchError(f"--mxnet: no file {path}")
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        rows = {(r["net"], int(r["batch"]), r["mode"]): r for r in doc["rows"]}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise BenchError(f"{path}: not a results file of benchmarks/mxnet_memory.py "
+                         f"({type(err).__name__}: {err})") from None
+    return {"doc": doc, "rows": rows}
+
+
+def _mxnet_row(mxnet, net, batch, mode):
+    if mxnet is None:
+        return None
+    r = mxnet["rows"].get((net, batch, mode))
+    if r is None:
+        return None
+    return {k: v for k, v in r.items() if k not in ("net", "batch", "mode")}
+
+
+# --------------------------------------------------------------------------
+# measuring
+# --------------------------------------------------------------------------
+def measure(name: str, batch: int, mode: str, xla: bool = True, mxnet=None,
+            schedule: str = "dfs") -> dict:
+    """One row of the benchmark: the plan of zoo net ``name`` at ``batch``."""
+    from ..memory import STRATEGIES, plan, xla_memory
+    from ..models import count_parameters, data_shapes, get_model, model_info
+    info = model_info(name)
+    net = get_model(name)
+    shapes = data_shapes(name, batch)
+    train = mode == "train"
+    t0 = time.perf_counter()
+    p = plan(net, shapes, train=train, schedule=schedule, name=name)
+    plan_s = time.perf_counter() - t0
+    doc = p.to_json()  # refuses an unverified plan
+    internal = doc["bytes"]["internal"]
+    naive = internal["naive"]
+    row = {"net": name, "batch": batch, "mode": mode,
+           "image_shape": list(info.image_shape),
+           "parameters": count_parameters(net, info.image_shape),
+           "bytes": doc["bytes"], "verified": doc["verified"],
+           "savings": {s: (1 - internal[s] / naive) if naive else 0.0
+                       for s in STRATEGIES if s != "naive"},
+           "arena_over_lower_bound": (internal["arena"] / internal["lower_bound"]
+                                      if internal["lower_bound"] else None),
+           "plan_seconds": plan_s, "plan_timings": dict(p.timings),
+           "schedule": schedule, "ops": sum(1 for n in p.graph.nodes if n.op is not None),
+           "peak_tensors": [{"name": t[0], "shape": list(t[1]), "bytes": t[3]}
+                            for t in p.peak_tensors()[:5]]}
+    other = "memory" if schedule == "dfs" else "dfs"
+    q = plan(net, shapes, train=train, schedule=other, name=name)
+    row["other_schedule"] = {"schedule": other, "arena": q.internal["arena"],
+                             "lower_bound": q.internal["lower_bound"]}
+    row["xla"], row["xla_compile_seconds"] = None, None
+    if xla:
+        t0 = time.perf_counter()
+        row["xla"] = xla_memory(p.graph, p.inferred, p.train)
+        row["xla_compile_seconds"] = time.perf_counter() - t0
+    row["xla_temp_over_arena"] = (row["xla"]["temp"] / internal["arena"]
+                                  if row["xla"] and row["xla"]["temp"] is not None
+                                  and internal["arena"] else None)
+    row["mxnet_mib"] = _mxnet_row(mxnet, name, batch, mode)
+    both = (row["mxnet_mib"] or {}).get("both")
+    row["arena_over_mxnet"] = internal["arena"] / (both * MIB) if both else None
+    return row
+
+
+def environment() -> dict:
+    """Machine, versions and date of a run."""
+    import jax
+    import jaxlib
+    import numpy
+
+    from .. import __version__
+    cpu = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                       None)
+    except OSError:
+        pass
+    mem = None
+    try:
+        with open("/proc/meminfo") as f:
+            kb = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal:"))
+            mem = round(kb / 2 ** 20, 1)
+    except (OSError, StopIteration):
+        pass
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "machine": platform.machine(),
+                    "cpu": cpu, "cpu_count": os.cpu_count(), "memory_gib": mem,
+                    "jax_backend": jax.default_backend(),
+                    "jax_devices": [str(d) for d in jax.devices()][:4]},
+        "versions": {"symgraph": __version__, "jax": jax.__version__,
+                     "jaxlib": jaxlib.__version__, "numpy": numpy.__version__,
+                     "python": platform.python_version()},
+    }
+
+
+def run_memory(nets, batches, modes=MODES, *, xla: bool = True, mxnet=None,
+               schedule: str = "dfs", progress: bool = True, quick: bool = False) -> dict:
+    """Measures every (net, batch, mode); returns the results dictionary."""
+    from tqdm import tqdm
+    jobs = [(n, b, m) for n in nets for b in batches for m in modes]
+    rows = []
+    bar = tqdm(jobs, desc="memory", unit="plan", disable=not progress, leave=False)
+    for name, batch, mode in bar:
+        bar.set_postfix_str(f"{name} batch {batch} {mode}")
+        rows.append(measure(name, batch, mode, xla=xla, mxnet=mxnet, schedule=schedule))
+    bar.close()
+    result = {"tool": "symgraph bench memory", **environment(),
+              "config": {"nets": list(nets), "batches": list(batches), "modes": list(modes),
+                         "xla": xla, "schedule": schedule, "quick": quick,
+                         "dtype": "float32"},
+              "units": "bytes (MXNet's figures: MiB as MXNet prints them)",
+              "mxnet": None, "rows": rows}
+    if mxnet is not None:
+        doc = mxnet["doc"]
+        result["mxnet"] = {"version": doc.get("machine", {}).get("mxnet"),
+                           "date": doc.get("date"), "machine": doc.get("machine"),
+                           "settings": doc.get("settings"), "facts": doc.get("facts"),
+                           "json_check": {n: v.get("shapes", {}).get("agree")
+                                          for n, v in doc.get("nets", {}).items()}}
+    return result
+
+
+def write_results(result: dict, out: str, charts: bool = True) -> list:
+    """results.json, results.md and (unless ``charts`` is False) PNGs in ``out``."""
+    from . import report
+    os.makedirs(out, exist_ok=True)
+    atomic_write_text(os.path.join(out, "results.json"), json.dumps(result, indent=1) + "\n")
+    report.write_markdown(result, os.path.join(out, "results.md"))
+    files = ["results.json", "results.md"]
+    if charts:
+        files += report.charts(result, out)
+    return files

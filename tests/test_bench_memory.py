@@ -1,0 +1,127 @@
+"""`symgraph bench memory --quick`: the result files, their keys, and the
+orderings every plan must satisfy. Benchmarks are never timed here."""
+import json
+
+import pytest
+
+from symgraph.cli import main
+
+STRATEGIES = ("naive", "inplace", "coshare", "both", "arena", "lower_bound")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    # MXNet's figures for one of the quick rows, as benchmarks/mxnet_memory.py writes them
+    (out / "mxnet.json").write_text(json.dumps({
+        "date": "2026-01-01T00:00:00+00:00", "machine": {"mxnet": "1.9.1"},
+        "nets": {"mlp": {"shapes": {"agree": True}}},
+        "rows": [{"net": "mlp", "batch": 4, "mode": "train", "both": 1, "inplace": 2}]}))
+    assert main(["bench", "memory", "--quick", "--out", str(out), "--no-progress"]) == 0
+    return out, json.loads((out / "results.json").read_text())
+
+
+def test_quick_run_writes_json_markdown_and_charts(quick_run):
+    out, res = quick_run
+    assert {"tool", "date", "machine", "versions", "config", "rows", "mxnet"} <= set(res)
+    assert {"jax", "jaxlib", "symgraph", "python"} <= set(res["versions"])
+    assert res["config"]["quick"] is True
+    assert {(r["net"], r["batch"], r["mode"]) for r in res["rows"]} == {
+        (n, 4, m) for n in ("mlp", "resnet-cifar-20") for m in ("train", "infer")}
+    md = (out / "results.md").read_text()
+    assert "| net | batch | naive |" in md and "resnet-cifar-20" in md
+    for name in ("mlp.png", "resnet-cifar-20.png", "overview_batch4.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_plan_verified_and_ordered(quick_run):
+    _, res = quick_run
+    for r in res["rows"]:
+        assert r["verified"] is True
+        assert {"arguments", "gradients", "aux", "internal"} <= set(r["bytes"])
+        b = r["bytes"]["internal"]
+        assert set(b) == set(STRATEGIES)
+        assert 0 < b["lower_bound"] <= b["arena"] <= b["both"] <= b["naive"]
+        assert b["inplace"] <= b["naive"] and b["coshare"] <= b["naive"]
+        assert r["savings"]["arena"] == pytest.approx(1 - b["arena"] / b["naive"])
+        assert r["plan_seconds"] > 0
+        other = r["other_schedule"]
+        assert other["lower_bound"] <= other["arena"]
+        if r["mode"] == "train":
+            assert r["bytes"]["gradients"] > 0
+        else:
+            assert r["bytes"]["gradients"] == 0
+
+
+def test_xla_figures_and_training_costs_more(quick_run):
+    _, res = quick_run
+    rows = {(r["net"], r["mode"]): r for r in res["rows"]}
+    for r in res["rows"]:
+        assert set(r["xla"]) == {"temp", "argument", "output", "alias"}
+        assert r["xla"]["argument"] > 0
+    for net in ("mlp", "resnet-cifar-20"):
+        assert (rows[net, "train"]["bytes"]["internal"]["lower_bound"]
+                > rows[net, "infer"]["bytes"]["internal"]["lower_bound"])
+    params = rows["resnet-cifar-20", "train"]["parameters"]
+    assert rows["resnet-cifar-20", "train"]["bytes"]["gradients"] == 4 * params
+
+
+def test_mxnet_figures_are_merged(quick_run):
+    _, res = quick_run
+    rows = {(r["net"], r["mode"]): r for r in res["rows"]}
+    assert rows["mlp", "train"]["mxnet_mib"] == {"both": 1, "inplace": 2}
+    assert rows["mlp", "train"]["arena_over_mxnet"] == pytest.approx(
+        rows["mlp", "train"]["bytes"]["internal"]["arena"] / 2 ** 20)
+    assert rows["mlp", "infer"]["mxnet_mib"] is None
+    assert res["mxnet"]["version"] == "1.9.1"
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["bench", "memory", "--nets", "nonet"], "unknown model 'nonet'"),
+    (["bench", "memory", "--batch", "x"], "--batch"),
+    (["bench", "memory", "--modes", "fit"], "unknown mode 'fit'"),
+    (["bench", "memory", "--mxnet", "/nonexistent/mxnet.json"], "no file"),
+    (["bench"], "choose memory"),
+])
+def test_bad_input_exits_2_with_one_line(argv, msg, capsys, tmp_path):
+    assert main([*argv, *(["--out", str(tmp_path)] if len(argv) > 1 else [])]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1
+
+
+def test_bench_train_passes_its_arguments_through(monkeypatch):
+    import symgraph.bench as bench
+    seen = {}
+
+    def fake_script_main(script):
+        def fake_main(argv):
+            seen[script] = argv
+            return 0
+        return fake_main
+
+    monkeypatch.setattr(bench, "script_main", fake_script_main)
+    # a leading option must reach the script, not argparse
+    assert main(["bench", "train", "--steps", "3", "--quick"]) == 0
+    assert main(["bench", "planner", "--help"]) == 0
+    assert seen == {"train_throughput.py": ["--steps", "3", "--quick"],
+                    "planner_speed.py": ["--help"]}
+
+
+def test_committed_results_and_docs_agree():
+    import os
+
+    from symgraph.bench import report
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "benchmarks", "results", "memory", "results.json")) as f:
+        res = json.load(f)
+    assert not res["config"]["quick"] and {32, 64, 128} <= set(res["config"]["batches"])
+    for net in ("vgg16", "inception-bn", "googlenet", "resnet-50", "resnet-152"):
+        assert {(r["batch"], r["mode"]) for r in res["rows"] if r["net"] == net} == {
+            (b, m) for b in (32, 64, 128) for m in ("train", "infer")}
+    assert all(r["verified"] for r in res["rows"])
+    with open(os.path.join(root, "docs", "benchmarks.md")) as f:
+        doc = f.read()
+    # the headline table in the docs is the one the committed results give
+    assert report.doc_block(res) in doc
+    with open(os.path.join(root, "benchmarks", "results", "memory", "results.md")) as f:
+        assert f.read() == report.markdown(res)

@@ -21,5 +21,5 @@ from .verify import (ArenaInterpreter, StaticCheck, check_arena, check_placement
 
 __all__ = ["ArenaInterpreter", "Assignment", "BlockPool", "Liveness", "OffsetHeap", "PLACED",
            "Plan", "STRATEGIES", "analyze", "as_graph", "build_graph", "check_arena",
-           "check_placement", "check_slots", "default_wrt", "StaticCheck", "plan", "plan_graph", "random_feeds",
-           "xla_memory"]
+           "check_placement", "check_slots", "default_wrt", "StaticCheck", "plan", "plan_graph",
+           "random_feeds", "xla_memory"]

@@ -12,7 +12,11 @@ Each released block carries a *stamp* (any value; for the planner, the
 tensor that held it) and a request may pass ``usable(stamp) -> bool``: only
 blocks whose stamp it accepts may serve it. That is how the planner keeps
 ops that could run in parallel from sharing storage, without the allocator
-knowing what a graph is.
+knowing what a graph is. A release may also say ``until``: the last
+``now`` at which its stamp can be accepted; a request made ``now`` later
+drops the block from the free pool without asking ``usable`` (the result
+is the same, the scan is shorter -- blocks nothing can take any more
+would otherwise be scanned by every request).
 
 ``OffsetHeap`` hands out byte offsets in one buffer: best fit among the
 holes freed so far, else the top; freed neighbours merge. Its ``peak`` is
@@ -32,7 +36,7 @@ class BlockPool:
         self.match_range = int(match_range)
         self.sizes: list[int] = []       # block id -> size (grows)
         self._free_sizes: list[int] = []  # sorted distinct sizes with free blocks
-        self._free: dict[int, list] = {}  # size -> [(block id, stamp)] oldest first
+        self._free: dict[int, list] = {}  # size -> [(block id, stamp, until)] oldest first
         self._is_free: list[bool] = []
 
     def __len__(self) -> int:
@@ -61,8 +65,11 @@ class BlockPool:
         self._is_free[bid] = False
         return bid
 
-    def request(self, nbytes: int, usable=None) -> int:
-        """A block of at least ``nbytes``: a matching free one, or a new one."""
+    def request(self, nbytes: int, usable=None, now=None) -> int:
+        """A block of at least ``nbytes``: a matching free one, or a new one.
+        ``usable(stamp)``: which free blocks may serve it; ``now``: blocks
+        released with an ``until`` below it are dropped (see the module
+        docstring)."""
         if nbytes < 0:
             raise ValueError(f"cannot request {nbytes} bytes")
         mr = self.match_range
@@ -73,30 +80,47 @@ class BlockPool:
         mid = bisect.bisect_left(sizes, nbytes)
         hi = bisect.bisect_right(sizes, nbytes * mr)
         # larger-or-equal blocks first, nearest size first; then smaller ones
-        for j in range(mid, hi):
-            found = self._scan(sizes[j], usable)
+        # (candidate sizes are listed first: a scan may drop a size's last block)
+        for size in sizes[mid:hi]:
+            found = self._scan(size, usable, now)
             if found is not None:
-                bid = self._take(sizes[j], found)
-                return bid
-        for j in range(mid - 1, lo - 1, -1):
-            found = self._scan(sizes[j], usable)
+                return self._take(size, found)
+        for size in sizes[lo:mid][::-1]:
+            found = self._scan(size, usable, now)
             if found is not None:
-                size = sizes[j]
                 bid = self._take(size, found)
                 self.sizes[bid] = max(self.sizes[bid], nbytes)  # the block grows
                 return bid
         return self._new(nbytes)
 
-    def _scan(self, size: int, usable):
+    def _scan(self, size: int, usable, now):
+        """Index of the oldest free block of ``size`` that ``usable`` accepts."""
         lst = self._free[size]
         if usable is None:
             return 0
-        for i, (_, stamp) in enumerate(lst):
+        expired = 0
+        found = None
+        for i, (_, stamp, until) in enumerate(lst):
+            if now is not None and until is not None and until < now:
+                expired += 1
+                continue
             if usable(stamp):
-                return i
-        return None
+                found = i
+                break
+        if expired:
+            # drop the expired blocks seen before the found one (they stay
+            # marked free: never handed out again)
+            end = len(lst) if found is None else found
+            keep = [e for e in lst[:end] if e[2] is None or e[2] >= now]
+            lst[:end] = keep
+            if found is not None:
+                found = len(keep)
+            elif not lst:
+                del self._free[size]
+                del self._free_sizes[bisect.bisect_left(self._free_sizes, size)]
+        return found
 
-    def release(self, block: int, stamp=None) -> None:
+    def release(self, block: int, stamp=None, until=None) -> None:
         """Returns ``block`` to the free pool, stamped (see the module docstring)."""
         # invariant: a block is free at most once, or two tensors would share it
         assert not self._is_free[block], f"block {block} released twice"
@@ -106,7 +130,7 @@ class BlockPool:
         if lst is None:
             lst = self._free[size] = []
             bisect.insort(self._free_sizes, size)
-        lst.append((block, stamp))
+        lst.append((block, stamp, until))
 
 
 class OffsetHeap:

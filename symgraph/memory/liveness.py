@@ -81,6 +81,10 @@ class Liveness:
     ``anc_bits[s]`` is set -- every step below the base is an ancestor, the
     bits say which of the next ones are. A window of ``ANC_WINDOW`` bits
     keeps it linear; beyond it a step counts as no ancestor (safe).
+    ``reach[r]``: the last step that depends on step r (r itself if none),
+    so r is an ancestor of no step after it; the queries ask it first, so
+    the bits of such steps do not matter and the base moves past them.
+    ``until[t]``: the smallest reach of the steps that touched tensor t.
     """
 
     graph: Graph
@@ -102,6 +106,8 @@ class Liveness:
     anc_base: list
     anc_bits: list
     in_eids: list
+    reach: list
+    until: list
 
     @property
     def num_steps(self) -> int:
@@ -135,6 +141,8 @@ class Liveness:
     def is_ancestor(self, r: int, s: int) -> bool:
         """Whether step s depends on step r (False may also mean unknown,
         beyond the window)."""
+        if self.reach[r] < s:
+            return False
         b = self.anc_base[s]
         return r < b or (r < s and ((self.anc_bits[s] >> (r - b)) & 1) == 1)
 
@@ -143,13 +151,22 @@ class Liveness:
         writer when nothing reads it) is an ancestor of step s, so that
         reusing t's storage at s adds no ordering between ops that could
         otherwise run in parallel. ``skip_self``: ignore s among t's readers."""
+        if self.until[t] < s:
+            return False  # a step that touched t is an ancestor of no step from s on
         b, bits = self.anc_base[s], self.anc_bits[s]
         rs = self.readers[t] or (self.first[t],)
-        for r in reversed(rs):
-            if r >= b and not (skip_self and r == s):
+        for r in reversed(rs):  # descending: below the base every step is an ancestor
+            if r < b:
+                return True
+            if not (skip_self and r == s):
                 if r >= s or not (bits >> (r - b)) & 1:
                     return False
         return True
+
+    def reusable_until(self, t: int) -> int:
+        """The last step at which ``all_readers_before(t, s)`` can hold: after
+        it, some step that touched t is an ancestor of no step."""
+        return self.until[t]
 
     def live_at(self, s: int) -> list:
         """Tensor ids live at step s."""
@@ -256,6 +273,7 @@ def analyze(graph: Graph, inferred, fusion: Fusion, steps, external=()) -> Liven
     readers: list = []
     anc_base = [0] * nsteps
     anc_bits = [0] * nsteps
+    step_preds = [()] * nsteps
     cap = (1 << ANC_WINDOW) - 1
     item = {}
     for s, members in enumerate(steps):
@@ -303,21 +321,42 @@ def analyze(graph: Graph, inferred, fusion: Fusion, steps, external=()) -> Liven
         step_in[s] = ins
         step_out[s] = outs
         if preds:
-            # ancestors(s) = union over preds q of ancestors(q) and q itself
-            base = max(anc_base[q] for q in preds)
-            bits = 0
-            for q in preds:
-                bits |= anc_bits[q] >> (base - anc_base[q])
-                if q >= base:
-                    bits |= 1 << (q - base)
+            step_preds[s] = preds
+
+    # reach[r]: the last step depending on r; r is an ancestor of no step after it
+    reach = list(range(nsteps))
+    for s in range(nsteps - 1, -1, -1):
+        r = reach[s]
+        for q in step_preds[s]:
+            if reach[q] < r:
+                reach[q] = r
+    for s in range(nsteps):
+        preds = step_preds[s]
+        if not preds:
+            continue
+        # ancestors(s) = union over preds q of ancestors(q) and q itself
+        base = max(anc_base[q] for q in preds)
+        bits = 0
+        for q in preds:
+            bits |= anc_bits[q] >> (base - anc_base[q])
+            if q >= base:
+                bits |= 1 << (q - base)
+        while True:
             run = (bits ^ (bits + 1)).bit_length() - 1  # trailing ones
             if run:
                 base += run
                 bits >>= run
-            if bits > cap:
-                bits &= cap
-            anc_base[s] = base
-            anc_bits[s] = bits
+            # a step no later step depends on (reach < s) is answered by reach,
+            # so its bit is free: counting it lets the base move past it
+            if base < s and reach[base] < s:
+                base += 1
+                bits >>= 1
+                continue
+            break
+        if bits > cap:
+            bits &= cap
+        anc_base[s] = base
+        anc_bits[s] = bits
 
     ntensors = len(entry)
     last = [rs[-1] if rs else f for rs, f in zip(readers, first)]
@@ -327,6 +366,7 @@ def analyze(graph: Graph, inferred, fusion: Fusion, steps, external=()) -> Liven
         if t >= 0:
             pinned[t] = True
             last[t] = nsteps
+    until = [min(reach[r] for r in rs) if rs else reach[f] for rs, f in zip(readers, first)]
     dies = [[] for _ in range(nsteps)]
     for t in range(ntensors):
         lt = last[t]
@@ -355,4 +395,4 @@ def analyze(graph: Graph, inferred, fusion: Fusion, steps, external=()) -> Liven
             pairs[s] = cand
     return Liveness(graph, inferred, fusion, tuple(steps), kind, tensor_of, entry, nbytes,
                     first, last, readers, pinned, step_in, step_out, dies, pairs, anc_base,
-                    anc_bits, in_eids)
+                    anc_bits, in_eids, reach, until)

@@ -72,12 +72,13 @@ def random_net(rnd: _random.Random, num_nodes: int, *, batch: int = 2,
             pool.append((y, w2))
         elif kind == "slice":
             y = sym.SliceChannel(x, num_outputs=2, axis=1, name=name)
-            for k in range(2):
-                if rnd.random() < 0.85:  # now and then an output nobody reads
-                    pool.append((y[k], w // 2))
-            if w // 2 % 2:  # keep widths even: project back
+            if w // 2 % 2:  # keep widths even: project one half back, the other goes unread
                 y0 = sym.FullyConnected(y[0], num_hidden=w, name=f"{name}_proj")
                 pool.append((y0, w))
+            else:
+                for k in range(2):
+                    if rnd.random() < 0.85:  # now and then an output nobody reads
+                        pool.append((y[k], w // 2))
         else:  # dropout: a hidden mask output
             y = sym.Dropout(x, p=0.25, name=name)
             pool.append((y, w))

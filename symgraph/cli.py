@@ -65,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                     (err.name and module.startswith(err.name)):
                 continue  # not built yet in this checkout
             raise
-        sub = subs.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip())
+        # the module docstring is the description: keep its line breaks
+        sub = subs.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip(),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(sub)
         sub.set_defaults(_run=mod.run)
     return parser

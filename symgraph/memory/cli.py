@@ -1,12 +1,15 @@
 """Plan the memory of a network (MXNet symbol JSON) and report it.
 
     symgraph plan NET.json --shape data=64,3,224,224 [--train] [--strategy NAME] [--json]
+                  [--plot OUT.png]
 
 The report gives the buckets (arguments, gradients, aux, internal), the
 internal bytes under every strategy (naive, inplace, coshare, both, arena,
 lower_bound) with the savings relative to naive, the peak step and the
 tensors live there, and XLA's own figures for the lowered program
-(``--no-xla`` skips compiling it). ``--json`` prints one JSON object.
+(``--no-xla`` skips compiling it). ``--json`` prints one JSON object;
+``--plot OUT.png`` (or .svg, .pdf) also draws the memory per step of the
+schedule under every strategy (``symgraph.viz.plot_timeline``).
 """
 from __future__ import annotations
 
@@ -44,13 +47,31 @@ def add_arguments(parser) -> None:
     _add_output_options(parser)
 
 
+PLOT_FORMATS = ("png", "svg", "pdf")
+
+
 def _add_output_options(parser) -> None:
-    """Extra outputs of a plan (e.g. ``--plot OUT.png``, the memory timeline)
-    register their options here and are produced by ``_write_outputs``."""
+    """Extra outputs of a plan, produced by ``_write_outputs``."""
+    parser.add_argument("--plot", metavar="OUT.png", default=None,
+                        help="also draw the memory timeline (bytes in use per step under "
+                             "every strategy, the lower bound, the peak) to OUT.png, "
+                             ".svg or .pdf")
+
+
+def _check_output_options(args) -> None:
+    """Bad output paths fail before any planning is done."""
+    if args.plot is not None:
+        ext = os.path.splitext(args.plot)[1].lower().lstrip(".")
+        if ext not in PLOT_FORMATS:
+            raise UsageError(f"plan: --plot {args.plot!r}: unknown picture format "
+                             f"'{ext or '(no extension)'}'; use .png, .svg or .pdf")
 
 
 def _write_outputs(plan, args) -> None:
     """Writes the extra outputs registered in ``_add_output_options``."""
+    if args.plot is not None:
+        from ..viz import plot_timeline
+        plot_timeline(plan, args.plot)  # written atomically
 
 
 def load_net(path: str):
@@ -71,6 +92,7 @@ def run(args) -> int:
     shapes = parse_shapes(args.shape)
     if args.match_range < 0:
         raise UsageError(f"plan: --match-range must be >= 0, got {args.match_range}")
+    _check_output_options(args)
     net = load_net(args.net)
     from .pipeline import plan
     p = plan(net, shapes, train=args.train, strategy=args.strategy,

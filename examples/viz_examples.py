@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Draw the example pictures of docs/cli.md (``symgraph viz`` and
+``symgraph plan --plot``) into a folder, docs/images/ by default.
+
+    python examples/viz_examples.py            # rewrites docs/images/
+    python examples/viz_examples.py /tmp/pics  # anywhere else
+
+Graphs are SVG (small, sharp at any zoom), the memory timeline a PNG.
+Every picture is drawn through the same functions the CLI uses
+(``sg.viz.plot`` + ``sg.viz.render``, ``sg.viz.plot_timeline``), so the
+docs show what the commands draw. Needs Graphviz's ``dot`` program.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import symgraph as sg
+from symgraph import viz
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_OUT = os.path.join(os.path.dirname(HERE), "docs", "images")
+
+
+def small_convnet():
+    """Two conv/BN/ReLU/pool stages and a classifier: big enough to show op
+    families, fused chains and storage reuse, small enough to read."""
+    s = sg.sym
+    x = s.Variable("data")
+    for i, filters in enumerate((16, 32), start=1):
+        x = s.Convolution(data=x, kernel=(3, 3), pad=(1, 1), num_filter=filters,
+                          name=f"conv{i}")
+        x = s.BatchNorm(data=x, name=f"bn{i}")
+        x = s.Activation(data=x, act_type="relu", name=f"relu{i}")
+        x = s.Pooling(data=x, kernel=(2, 2), stride=(2, 2), pool_type="max", name=f"pool{i}")
+    x = s.Flatten(data=x, name="flatten")
+    x = s.FullyConnected(data=x, num_hidden=10, name="fc")
+    return s.SoftmaxOutput(data=x, name="softmax")
+
+
+CONV_SHAPE = {"data": (32, 3, 32, 32)}
+
+
+def main(out_dir: str = DEFAULT_OUT) -> list[str]:
+    """Writes the pictures into ``out_dir``; returns their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    conv = small_convnet()
+    mlp = sg.models.get_model("mlp")
+    written = []
+
+    def graph(name, dot):
+        written.append(viz.render(dot, os.path.join(out_dir, name)))
+
+    # `symgraph viz mlp.json`: no shapes, op types and attributes only
+    graph("viz_mlp.svg", viz.plot(mlp, rankdir="LR", title="mlp"))
+    # `symgraph viz convnet.json --shape data=32,3,32,32`: shapes on the edges
+    graph("viz_shapes.svg", viz.plot(conv, shape=CONV_SHAPE, title="convnet"))
+    # `--show-params`: weights, biases and BatchNorm states drawn too
+    graph("viz_params.svg", viz.plot(conv, shape=CONV_SHAPE, hide_params=False,
+                                     title="convnet"))
+    # `--plan`: one colour per storage slot, bytes per node, fused clusters
+    infer = sg.plan(conv, CONV_SHAPE, strategy="both", name="convnet")
+    graph("viz_plan.svg", viz.plot(conv, plan=infer, title="convnet"))
+    # `--plan --train`: the backward graph dashed and paler beside the forward
+    train = sg.plan(conv, CONV_SHAPE, train=True, strategy="both", name="convnet")
+    graph("viz_train.svg", viz.plot(conv, plan=train, title="convnet"))
+    # `--collapse`: a ResNet drawn one block per residual unit
+    resnet = sg.models.get_model("resnet-cifar-20")
+    graph("viz_collapse.svg", viz.plot(resnet, shape={"data": (32, 3, 32, 32)},
+                                       collapse=r"stage\d+_unit\d+", title="resnet-cifar-20"))
+    # `symgraph plan convnet.json --shape ... --train --plot timeline.png`
+    path = os.path.join(out_dir, "plan_timeline.png")
+    viz.plot_timeline(train, path)
+    written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for p in main(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_OUT):
+        print(f"wrote {p}  ({os.path.getsize(p) / 1024:.0f} KiB)")

@@ -20,9 +20,18 @@ def test_quick_benchmark_writes_json_markdown_and_chart(tmp_path):
     assert row["symgraph_samples_per_s"] > 0 and row["plain_samples_per_s"] > 0
     assert row["ratio"] == row["symgraph_samples_per_s"] / row["plain_samples_per_s"]
     # both sides start from the same weights and compute the same step
-    assert row["max_rel_param_diff_after_step1"] < 1e-4
+    assert row["rel_update_diff_after_step1"] < 1e-4
     assert "64" in result["skipped"]
     md = (out / "results.md").read_text()
     assert "| vgg | 2 | 8 |" in md and "ratio" in md
     assert (out / "throughput.png").read_bytes()[:4] == b"\x89PNG"
     assert not [f for f in os.listdir(out) if f.startswith(".")]  # no temp files left
+
+
+def test_bad_arguments_are_one_line_errors(capsys):
+    from symgraph import cli
+    assert cli.main(["bench", "train", "--nets", "alexnet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown net(s) ['alexnet']" in err
+    assert cli.main(["bench", "train", "--steps", "0"]) == 2
+    assert "--steps" in capsys.readouterr().err

@@ -197,6 +197,69 @@ def test_batchnorm_moving_stats_update_and_average_over_devices():
     assert not np.allclose(after4["bn1_moving_var"], after1["bn1_moving_var"])
 
 
+@pytest.mark.parametrize("devices", [2, 4, 8])
+def test_batchnorm_over_devices_equals_per_shard_statistics(devices):
+    """BatchNorm, as in MXNet, normalizes each device's slice with that
+    slice's own statistics. So n devices equal a hand-written reference on
+    one device: each shard's forward and backward separately (from the same
+    parameters), the gradients summed, SGD with rescale 1/global batch, the
+    moving statistics averaged over the shards; several steps."""
+    shape, batch = (1, 6, 6), 16
+    many = make_module(cnn(bn=True), shape, devices=devices,
+                       opt_params={"learning_rate": 0.1, "rescale_grad": 1 / batch})
+    arg, aux = (({k: v.asnumpy() for k, v in d.items()}) for d in many.get_params())
+    one = sg.mod.Module(cnn(bn=True))
+    local = batch // devices
+    one.bind([sg.io.DataDesc("data", (local,) + shape, "float64")],
+             [sg.io.DataDesc("softmax_label", (local,), "float64")])
+    for step in batches(shape, 3, batch=batch, seed=4):
+        many.train_step(step)
+        grads, auxes = [], []
+        for i in range(devices):
+            cut = slice(i * local, (i + 1) * local)
+            one.set_params(arg, aux)
+            one.forward(sg.io.DataBatch([step.data[0][cut]], [step.label[0][cut]]),
+                        is_train=True)
+            one.backward()
+            grads.append({k: v.asnumpy() for k, v in one.get_grads().items()})
+            auxes.append({k: v.asnumpy() for k, v in one.get_params()[1].items()})
+        arg = {k: v - 0.1 * sum(g[k] for g in grads) / batch for k, v in arg.items()}
+        aux = {k: np.mean([a[k] for a in auxes], axis=0) for k in aux}
+    assert_params_close({**arg, **aux}, params_of(many), rtol=1e-9, atol=1e-12)
+    # ... which is not what one device does on the whole batch
+    whole = make_module(cnn(bn=True), shape, devices=1,
+                        opt_params={"learning_rate": 0.1, "rescale_grad": 1 / batch})
+    for step in batches(shape, 3, batch=batch, seed=4):
+        whole.train_step(step)
+    assert not np.allclose(params_of(whole)["c1_weight"], arg["c1_weight"], rtol=1e-6)
+
+
+def test_fit_runs_one_compiled_program_per_step():
+    """fit on four devices compiles exactly one program -- forward, backward,
+    the gradient all-reduce and the update -- and runs it for every batch;
+    its parameters and optimizer state are donated (aliased) buffers."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 6)).astype(np.float32)
+    y = rng.integers(0, 5, 32).astype(np.float32)
+    mod = sg.mod.Module(mlp(), context=[sg.cpu(i) for i in range(4)])
+    mod.fit(sg.io.NDArrayIter(x, y, batch_size=8), num_epoch=2, kvstore="device",
+            optimizer_params={"learning_rate": 0.1, "momentum": 0.9})
+    assert mod.optimizer.num_update == 8
+    kinds = sorted(k[0] for k in mod._programs._cache if k[0] in
+                   ("fused", "fwd", "bwd", "update", "infer"))
+    assert kinds == ["fused"]
+    (prog,) = [v for k, v in mod._programs._cache.items() if k[0] == "fused"]
+    assert prog._cache_size() == 1  # compiled once, run 8 times
+    shapes = {d.name: jax.ShapeDtypeStruct(d.shape, d.dtype,
+                                           sharding=mod._devices.batch_sharded())
+              for d in mod.data_shapes + mod.label_shapes}
+    hlo = prog.lower(mod._params, mod._opt_states, mod._aux, mod._fixed, shapes,
+                     np.float32(0.1), np.float32(1), mod._key).compile().as_text()
+    assert "all-reduce" in hlo and "input_output_alias" in hlo
+    param_bytes = sum(v.nbytes for v in params_of(mod).values())
+    assert mod.compiled_memory()["alias"] >= 2 * param_bytes  # weights + momentum
+
+
 # --------------------------------------------------------------------------
 # mixed precision
 # --------------------------------------------------------------------------
@@ -331,9 +394,12 @@ def test_process_killed_while_writing_leaves_the_old_file_loadable(tmp_path):
     assert leftovers and all(f.startswith(".x-0001.params.") for f in leftovers)
 
 
-def test_resume_from_checkpoint_equals_uninterrupted_training(tmp_path):
+@pytest.mark.parametrize("devices", [1, 4])
+def test_resume_from_checkpoint_equals_uninterrupted_training(tmp_path, devices):
     """2 epochs, checkpoint (with optimizer state), a new Module resumes at
-    begin_epoch=2: after 4 epochs the parameters equal a 4-epoch run."""
+    begin_epoch=2: after 4 epochs the parameters equal a 4-epoch run, bit
+    for bit (dropout, momentum, weight decay and an lr schedule included)."""
+    ctx = [sg.cpu(i) for i in range(devices)]
     rng = np.random.default_rng(0)
     x = rng.normal(size=(40, 6)).astype(np.float32)
     y = rng.integers(0, 5, 40).astype(np.float32)
@@ -344,11 +410,11 @@ def test_resume_from_checkpoint_equals_uninterrupted_training(tmp_path):
     opt = dict(optimizer="sgd", optimizer_params={
         "learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3,
         "lr_scheduler": sg.lr_scheduler.FactorScheduler(step=7, factor=0.7)})
-    full = sg.mod.Module(mlp(dropout=True))
+    full = sg.mod.Module(mlp(dropout=True), context=ctx)
     full.fit(it(), num_epoch=4, initializer=sg.init.Xavier(), seed=1, **opt)
 
     prefix = str(tmp_path / "run")
-    first = sg.mod.Module(mlp(dropout=True))
+    first = sg.mod.Module(mlp(dropout=True), context=ctx)
     first.fit(it(), num_epoch=2, initializer=sg.init.Xavier(), seed=1,
               epoch_end_callback=sg.callback.module_checkpoint(first, prefix,
                                                                save_optimizer_states=True),
@@ -356,7 +422,7 @@ def test_resume_from_checkpoint_equals_uninterrupted_training(tmp_path):
                   opt["optimizer_params"],
                   lr_scheduler=sg.lr_scheduler.FactorScheduler(step=7, factor=0.7))))
     assert os.path.exists(prefix + "-0002.states")
-    resumed = sg.mod.Module.load(prefix, 2, load_optimizer_states=True)
+    resumed = sg.mod.Module.load(prefix, 2, load_optimizer_states=True, context=ctx)
     resumed.fit(it(), begin_epoch=2, num_epoch=4, **dict(opt, optimizer_params=dict(
         opt["optimizer_params"],
         lr_scheduler=sg.lr_scheduler.FactorScheduler(step=7, factor=0.7))))
@@ -454,14 +520,25 @@ def test_kvstore_push_sums_values_across_devices_and_pull_copies(kind):
     np.testing.assert_array_equal(b.asnumpy(), 5.0)
 
 
-def test_kvstore_with_optimizer_updates_stored_weights():
-    kv = sg.kv.create("device")
-    kv.set_optimizer(sg.optimizer.SGD(learning_rate=0.5, momentum=0.0))
+@pytest.mark.parametrize("kind", ["local", "device"])
+def test_kvstore_with_optimizer_updates_stored_weights(kind):
+    """push sums one gradient per device, then MXNet's SGD with momentum
+    updates the stored weight (update on kvstore), step after step."""
+    kv = sg.kv.create(kind)
+    kv.set_optimizer(sg.optimizer.SGD(learning_rate=0.5, momentum=0.9))
     kv.init("fc_weight", sg.nd.array(np.ones((2, 2))))
-    kv.push("fc_weight", [sg.nd.array(np.full((2, 2), 0.5)), sg.nd.array(np.full((2, 2), 1.5))])
-    out = sg.nd.array(np.zeros((2, 2)))
+    devs = jax.devices()[:2]
+    w, mom = np.ones((2, 2)), np.zeros((2, 2))
+    for step in range(3):
+        grads = [np.full((2, 2), 0.5 + step), np.full((2, 2), 1.5 - step)]
+        kv.push("fc_weight", [sg.nd.NDArray(jax.device_put(jnp.asarray(g, jnp.float32), d))
+                              for g, d in zip(grads, devs)])
+        mom = 0.9 * mom - 0.5 * sum(grads)
+        w = w + mom
+    out = sg.nd.NDArray(jax.device_put(jnp.zeros((2, 2), jnp.float32), devs[1]))
     kv.pull("fc_weight", out=out)
-    np.testing.assert_allclose(out.asnumpy(), 1 - 0.5 * 2.0)
+    np.testing.assert_allclose(out.asnumpy(), w, rtol=1e-6)
+    assert out.data.devices() == {devs[1]}
 
 
 def test_kvstore_errors():

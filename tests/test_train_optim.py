@@ -146,6 +146,28 @@ def test_module_step_follows_the_lr_schedule():
     np.testing.assert_allclose(mod.get_params()[0]["fc_weight"].asnumpy(), w, rtol=1e-6)
 
 
+@pytest.mark.parametrize("name,hp", CASES, ids=IDS)
+def test_module_step_on_two_devices_follows_a_warmup_cosine_schedule(name, hp):
+    """Every optimizer inside the compiled step, data parallel over two
+    devices, with a warmup + cosine schedule (a traced learning rate that
+    changes every step), lr_mult 0.5 on the weight and no decay on the bias."""
+    hp = {k: v for k, v in hp.items() if k != "rescale_grad"}
+    sched = L.CosineScheduler(max_update=6, base_lr=0.1, final_lr=0.01, warmup_steps=2)
+    mod, x, lab, w, b = _linreg_module(name, hp, lr_scheduler=sched, steps=5, devices=2)
+    lr_of = mx_poly(6, 0.1, 1, 0.01, warm=2, cosine=True)
+    sw, sb = ref_state(name, hp, w), ref_state(name, hp, b)
+    full = dict(hp, rescale_grad=1 / 8)
+    for t in range(1, 6):
+        err = x @ w.T + b - lab
+        gw, gb = err.T @ x, err.sum(0)
+        w, sw = ref_step(name, full, w, gw, sw, lr_of(t) * 0.5, 0.2, t)
+        b, sb = ref_step(name, full, b, gb, sb, lr_of(t), 0.0, t)
+    arg, _ = mod.get_params()
+    np.testing.assert_allclose(arg["fc_weight"].asnumpy(), w, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(arg["fc_bias"].asnumpy(), b, rtol=1e-6, atol=1e-9)
+    assert len({lr_of(t) for t in range(1, 6)}) == 5  # the rate changed at every step
+
+
 def test_wd_and_lr_mult_sources():
     data = sg.sym.Variable("data")
     net = sg.sym.FullyConnected(data, weight=sg.sym.Variable("a_weight", wd_mult=0.3),
@@ -294,6 +316,43 @@ def test_xavier_statistics_on_a_large_weight():
     scale = math.sqrt(3 / 350)
     assert np.abs(got).max() <= scale and np.abs(got).max() > 0.99 * scale
     assert got.std() == pytest.approx(scale / math.sqrt(3), rel=0.02)
+
+
+def test_uniform_normal_and_msra_draw_exactly_mxnets_distributions():
+    shape = (6, 4, 3, 3)
+    want = np.random.default_rng(7).uniform(-0.2, 0.2, shape)
+    np.testing.assert_array_equal(_draw(I.Uniform(0.2), "c_weight", shape, seed=7), want)
+    want = np.random.default_rng(7).normal(0.0, 0.5, shape)
+    np.testing.assert_array_equal(_draw(I.Normal(0.5), "c_weight", shape, seed=7), want)
+    # MSRAPrelu: N(0, sqrt(magnitude / factor)) with magnitude = 2 / (1 + slope^2)
+    fan_in, fan_out = 4 * 9, 6 * 9
+    for factor_type, slope in (("avg", 0.25), ("in", 0.0), ("out", 0.1)):
+        factor = {"avg": (fan_in + fan_out) / 2, "in": fan_in, "out": fan_out}[factor_type]
+        sigma = math.sqrt(2.0 / (1 + slope ** 2) / factor)
+        want = np.random.default_rng(7).normal(0.0, sigma, shape)
+        got = _draw(I.MSRAPrelu(factor_type, slope), "c_weight", shape, seed=7)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_module_initializes_batchnorm_by_mxnets_convention():
+    """Through a Module: BatchNorm's gamma 1, beta 0, moving mean 0, moving
+    variance 1; convolution and FC weights Xavier within their bounds;
+    biases 0."""
+    x = sg.sym.Convolution(sg.sym.Variable("data"), kernel=(3, 3), num_filter=4, name="c")
+    x = sg.sym.BatchNorm(x, fix_gamma=False, name="bn")
+    x = sg.sym.FullyConnected(sg.sym.Flatten(x), num_hidden=3, name="fc")
+    mod = sg.mod.Module(sg.sym.SoftmaxOutput(x, name="softmax"))
+    mod.bind([("data", (2, 2, 5, 5))], [("softmax_label", (2,))])
+    mod.init_params(I.Xavier(magnitude=2.0), seed=0)
+    arg, aux = mod.get_params()
+    arg = {k: v.asnumpy() for k, v in arg.items()}
+    aux = {k: v.asnumpy() for k, v in aux.items()}
+    assert (arg["bn_gamma"] == 1).all() and (arg["bn_beta"] == 0).all()
+    assert (aux["bn_moving_mean"] == 0).all() and (aux["bn_moving_var"] == 1).all()
+    assert (arg["c_bias"] == 0).all() and (arg["fc_bias"] == 0).all()
+    for name, (fan_in, fan_out) in {"c_weight": (2 * 9, 4 * 9), "fc_weight": (36, 3)}.items():
+        bound = math.sqrt(2.0 / ((fan_in + fan_out) / 2))
+        assert 0.5 * bound < np.abs(arg[name]).max() <= bound, name
 
 
 def test_msra_prelu_is_he_init():

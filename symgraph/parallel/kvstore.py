@@ -130,7 +130,11 @@ class KVStore:
             merged = self._reduce(vals)
             if self._updater is not None:
                 weight = NDArray(self._home(stored))
-                self._updater(k, NDArray(self._home(merged).astype(stored.dtype)), weight)
+                # the sum may be replicated over the pushing devices: the update
+                # runs where the stored weight lives
+                grad = jax.device_put(self._home(merged).astype(stored.dtype),
+                                      weight.data.sharding)
+                self._updater(k, NDArray(grad), weight)
                 self._store[k] = weight.data
             else:
                 self._store[k] = merged.astype(stored.dtype)

@@ -118,16 +118,23 @@ def _node_of(g: Graph, eid: int) -> int:
 class JaxInterpreter(Interpreter):
     """Evaluates each node with its op's JAX lowering; collects aux updates."""
 
-    def __init__(self, graph: Graph, is_train: bool, key=None):
+    def __init__(self, graph: Graph, is_train: bool, key=None, anchor: str | None = None):
         super().__init__(graph)
+        if anchor is not None and anchor not in ANCHORS:
+            raise SymgraphError(f"anchor={anchor!r}; use None or one of "
+                                f"{', '.join(map(repr, ANCHORS))}")
         self.is_train = is_train
         self.key = key
+        self.anchor = anchor
         self.aux_updates: dict[str, object] = {}
 
     def eval_node(self, node, inputs):
         ctx = LowerCtx(self.is_train, self.key, node.name)
+        if len(inputs) > 1 and _anchored(self.anchor, node.op.name):
+            inputs = _anchor(inputs)
         try:
-            res = node.op.lower(node.params, ctx, *inputs)
+            with jax.named_scope(node.name):  # XLA's metadata names the node (xla.py reads it)
+                res = node.op.lower(node.params, ctx, *inputs)
         except SymgraphError:
             raise
         except Exception as err:  # name the node; the op's own message follows
@@ -147,18 +154,55 @@ class JaxInterpreter(Interpreter):
         return list(outs)
 
 
-def lower(graph: Graph, is_train: bool = False):
+def _anchor(inputs: list) -> list:
+    """Ties a backward node's inputs to its first one (the incoming gradient)
+    by adding a zero scalar read from it. XLA cannot fold ``g[0] * 0`` (it
+    is NaN for a NaN gradient), so work on the other inputs -- the layout
+    copies XLA's CPU convolutions make of saved activations -- cannot start
+    before the gradient arrives: it moves from the forward pass, where the
+    copy would be kept alive until the backward, to where it is used."""
+    g = inputs[0]
+    if g.size == 0:
+        return inputs
+    s = jnp.ravel(g)[0] * 0
+    out = [g]
+    for x in inputs[1:]:
+        # tensors only: a bias or a scale costs nothing to keep
+        if jnp.issubdtype(x.dtype, jnp.floating) and x.ndim >= 2:
+            x = x + s.astype(x.dtype)
+        out.append(x)
+    return out
+
+
+# lower(..., anchor=...): the forward ops whose backward nodes are tied to
+# their incoming gradient (None: every backward node)
+ANCHORS = {"backward": None, "weights": ("Convolution", "Deconvolution", "FullyConnected")}
+
+
+def _anchored(anchor: str | None, opname: str) -> bool:
+    if anchor is None or not opname.startswith("_backward_"):
+        return False
+    only = ANCHORS[anchor]
+    return only is None or opname[len("_backward_"):] in only
+
+
+def lower(graph: Graph, is_train: bool = False, anchor: str | None = None):
     """Graph -> pure function ``f(feeds, key) -> (outputs, aux_updates)``.
 
     ``feeds`` maps variable names (and optionally ``entry_key``s of inner
     entries) to arrays. Wrap it in ``jax.jit`` to get one XLA program.
+    ``anchor`` (a memory measure, off by default; docs/plan_vs_xla.md):
+    ``'backward'`` ties every backward node's inputs to its incoming
+    gradient, ``'weights'`` only those of Convolution, Deconvolution and
+    FullyConnected, so XLA cannot compute from saved activations early.
     """
     def fn(feeds, key=None):
-        interp = JaxInterpreter(graph, is_train, key)
+        interp = JaxInterpreter(graph, is_train, key, anchor)
         outs = interp.run(feeds)
         return outs, interp.aux_updates
     return fn
 
 
-def lower_jit(graph: Graph, is_train: bool = False, **jit_kwargs):
-    return jax.jit(lower(graph, is_train), **jit_kwargs)
+def lower_jit(graph: Graph, is_train: bool = False, anchor: str | None = None,
+              **jit_kwargs):
+    return jax.jit(lower(graph, is_train, anchor), **jit_kwargs)

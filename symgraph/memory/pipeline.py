@@ -335,11 +335,15 @@ def _check_order(a: dict, lb: int) -> None:
             raise PlanError(f"planner bug: {n1} ({v1} bytes) above {n2} ({v2} bytes)")
 
 
-def xla_memory(graph: Graph, inf: Inferred, train: bool) -> dict | None:
+def xla_memory(graph: Graph, inf: Inferred, train: bool, anchor: str | None = None,
+               compiler_options: dict | None = None) -> dict | None:
     """XLA's ``memory_analysis()`` of the lowered program for ``graph``
     (variables fed as ShapeDtypeStructs): temp, argument, output and alias
     bytes; None when the backend gives nothing (None, or temp, argument and
-    output all 0 or -1), a field of -1 is None."""
+    output all 0 or -1), a field of -1 is None. ``anchor`` and
+    ``compiler_options``: memory measures (``lower``'s ``anchor``; e.g.
+    ``symgraph.xla.SCHEDULER_OPTIONS``), off by default; see
+    docs/plan_vs_xla.md."""
     import jax
     import jax.numpy as jnp
 
@@ -348,7 +352,8 @@ def xla_memory(graph: Graph, inf: Inferred, train: bool) -> dict | None:
     for n in graph.variables:
         eid = graph.entry_id_of_node(n)
         feeds[n.name] = jax.ShapeDtypeStruct(inf.shapes[eid], jnp.dtype(inf.dtypes[eid]))
-    compiled = jax.jit(lower(graph, train)).lower(feeds, jax.random.key(0)).compile()
+    compiled = jax.jit(lower(graph, train, anchor)).lower(feeds, jax.random.key(0)).compile(
+        compiler_options or None)
     ma = compiled.memory_analysis()
     if ma is None:
         return None

@@ -1,0 +1,244 @@
+"""symgraph.xla: the memory measures keep every result, plain JAX trains the
+same net, and the breakdown of XLA's temp adds up (compiles of small nets;
+nothing here is timed)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import symgraph as sg
+from symgraph import xla
+from symgraph.errors import SymgraphError
+from symgraph.lower import lower
+from symgraph.memory import plan
+
+BATCH, SHAPE = 2, (3, 32, 32)
+
+
+def _conv(x, name, ch, kernel=(3, 3), pad=(1, 1), bn=False):
+    x = sg.sym.Convolution(data=x, kernel=kernel, pad=pad, num_filter=ch, name=name)
+    if bn:
+        x = sg.sym.BatchNorm(data=x, name=f"{name}_bn")
+    return sg.sym.Activation(data=x, act_type="relu", name=f"{name}_relu")
+
+
+def vgg_like():
+    x = sg.sym.Variable("data")
+    x = _conv(x, "conv1_1", 8)
+    x = _conv(x, "conv1_2", 8)
+    x = sg.sym.Pooling(data=x, kernel=(2, 2), stride=(2, 2), pool_type="max", name="pool1")
+    x = _conv(x, "conv2_1", 16)
+    x = sg.sym.Pooling(data=x, kernel=(2, 2), stride=(2, 2), pool_type="max", name="pool2")
+    x = sg.sym.Flatten(data=x, name="flatten")
+    x = sg.sym.FullyConnected(data=x, num_hidden=32, name="fc6")
+    x = sg.sym.Activation(data=x, act_type="relu", name="relu6")
+    x = sg.sym.FullyConnected(data=x, num_hidden=10, name="fc7")
+    return sg.sym.SoftmaxOutput(data=x, name="softmax")
+
+
+def inception_like():
+    x = sg.sym.Variable("data")
+    x = _conv(x, "stem", 8, bn=True)
+    x = sg.sym.Pooling(data=x, kernel=(3, 3), stride=(2, 2), pool_type="max", name="stem_pool",
+                       pooling_convention="full")
+    a = _conv(x, "b1x1", 8, kernel=(1, 1), pad=(0, 0), bn=True)
+    b = _conv(_conv(x, "b3x3_reduce", 4, kernel=(1, 1), pad=(0, 0), bn=True), "b3x3", 8,
+              bn=True)
+    c = sg.sym.Pooling(data=x, kernel=(3, 3), stride=(1, 1), pad=(1, 1), pool_type="max",
+                       name="bpool")
+    c = _conv(c, "bpool_proj", 4, kernel=(1, 1), pad=(0, 0), bn=True)
+    x = sg.sym.Concat(a, b, c, name="concat")
+    x = sg.sym.Pooling(data=x, global_pool=True, kernel=(1, 1), pool_type="avg", name="gpool")
+    x = sg.sym.Flatten(data=x, name="flatten")
+    x = sg.sym.FullyConnected(data=x, num_hidden=10, name="fc")
+    return sg.sym.SoftmaxOutput(data=x, name="softmax")
+
+
+NETS = {"vgg_like": vgg_like, "inception_like": inception_like}
+
+
+@pytest.fixture(scope="module", params=sorted(NETS))
+def case(request):
+    net = NETS[request.param]()
+    shapes = {"data": (BATCH,) + SHAPE}
+    p = plan(net, shapes, train=True)
+    step = xla.training_step(p)
+    rng = np.random.default_rng(0)
+
+    def real(structs, scale=0.3):
+        return {k: jnp.asarray(rng.standard_normal(s.shape) * scale, s.dtype)
+                for k, s in structs.items()}
+    params = real(step.args[0])
+    aux = {k: (jnp.ones(s.shape, s.dtype) if k.endswith("var") else jnp.zeros(s.shape, s.dtype))
+           for k, s in step.args[1].items()}
+    batch = real({k: v for k, v in step.args[2].items() if k == "data"}, 1.0)
+    batch["softmax_label"] = jnp.asarray(rng.integers(0, 10, BATCH), step.args[2][
+        "softmax_label"].dtype)
+    return request.param, net, shapes, p, (params, aux, batch, jax.random.key(1))
+
+
+def _run(step, args):
+    copies = jax.tree_util.tree_map(jnp.array, args[:3]) + (args[3],)  # donation eats args
+    return step.jit()(*copies)
+
+
+def _close(a, b, rtol=1e-5, atol=1e-6):
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+
+
+def test_every_measure_keeps_outputs_and_gradients(case):
+    name, _, _, p, args = case
+    base = _run(xla.training_step(p), args)
+    preds, new_params, new_aux = base
+    # the step really trained: every weight moved by its gradient (a bias
+    # before a BatchNorm has none)
+    assert all(not np.allclose(new_params[k], args[0][k]) for k in new_params
+               if k.endswith("weight"))
+    for ms in [("scheduler",), ("donate",), ("anchor",), ("anchor_weights",),
+               ("anchor", "scheduler", "donate")]:
+        _close(_run(xla.training_step(p, measures=ms), args), base)
+
+
+def test_plain_jax_step_trains_the_same_net(case):
+    name, net, shapes, p, args = case
+    sym = _run(xla.training_step(p), args)
+    plain = _run(xla.plain_jax_step(net, shapes), args)
+    _close(plain, sym, rtol=1e-4, atol=1e-5)  # autodiff vs the explicit backward graph
+
+
+def test_breakdown_adds_up_to_memory_analysis(case):
+    name, _, _, p, _ = case
+    step = xla.training_step(p)
+    b = xla.memory_breakdown(step, graph=p)
+    m = xla.memory(step)
+    assert b.temp == m["temp"] == b.analysis["temp"] > 0
+    assert sum(b.allocations) == b.temp  # the temp allocations are XLA's temp figure
+    live = sum(x.nbytes for x in b.live)
+    assert 0 < live <= b.peak_live <= b.temp  # every byte classified once, within temp
+    assert sum(b.by_kind.values()) == sum(b.by_role.values()) == live
+    assert set(b.by_kind) <= set(xla.KINDS) and set(b.by_role) <= set(xla.ROLES)
+    # the forward keeps activations for the backward, and XLA says which node made them
+    assert b.by_role.get("kept for backward", 0) > 0
+    nodes = {n.name for n in p.graph.nodes}
+    assert any(x.node in nodes for x in b.live)
+    assert all(x.start <= b.peak_step <= x.end for x in b.live)
+    doc = b.to_json(top=3)
+    assert len(doc["largest"]) == min(3, len(b.live)) and doc["fragmentation"] >= 0
+    assert "kept for backward" in b.table()
+
+
+def test_temp_against_the_plan(case):
+    """XLA's temp over the arena plan, recorded; what holds is asserted: the
+    best measure set is never above no measure, and at these shapes it is
+    within 1.6x of the plan (the 1.15x target holds for neither net here)."""
+    name, _, _, p, _ = case
+    arena = p.internal["arena"]
+    cands = [(), ("scheduler",), ("anchor",), ("anchor_weights",)]
+    best, _, m, temps = xla.best_step(lambda ms: xla.training_step(p, measures=ms), cands)
+    assert set(temps) == set(cands)
+    assert m["temp"] == temps[best] == min(temps.values()) <= temps[()]
+    ratio = m["temp"] / arena
+    print(f"{name}: arena {arena} B, XLA temp none {temps[()]} B, best {best} "
+          f"{m['temp']} B = {ratio:.2f}x the plan")
+    assert ratio < 1.6
+
+
+def test_inference_step_and_breakdown_roles():
+    net = vgg_like()
+    shapes = {"data": (BATCH,) + SHAPE}
+    p = plan(net, shapes, train=False)
+    b = xla.memory_breakdown(xla.inference_step(p), graph=p)
+    assert b.temp > 0 and set(b.by_role) <= {"forward", "unknown"}
+    assert xla.memory(xla.inference_step(p, measures=("scheduler",)))["temp"] > 0
+
+
+def test_plan_xla_memory_takes_the_measures():
+    from symgraph.memory import xla_memory
+    p = plan(vgg_like(), {"data": (BATCH,) + SHAPE}, train=True)
+    plain = xla_memory(p.graph, p.inferred, True)
+    both = xla_memory(p.graph, p.inferred, True, anchor="weights",
+                      compiler_options=xla.SCHEDULER_OPTIONS)
+    assert plain["temp"] > 0 and both["temp"] > 0
+    assert both["argument"] == plain["argument"] and both["output"] == plain["output"]
+
+
+def test_bad_measures_and_anchors_are_refused():
+    p = plan(vgg_like(), {"data": (BATCH,) + SHAPE}, train=True)
+    with pytest.raises(xla.XlaError, match="unknown memory measure"):
+        xla.training_step(p, measures=("remat",))
+    with pytest.raises(xla.XlaError, match="one of the measures"):
+        xla.training_step(p, measures=("anchor", "anchor_weights"))
+    with pytest.raises(xla.XlaError, match="training plan"):
+        xla.training_step(plan(vgg_like(), {"data": (BATCH,) + SHAPE}))
+    with pytest.raises(SymgraphError, match="anchor="):
+        lower(p.graph, True, anchor="everything")({})
+
+
+# a hand-written dump: the parser's answer is known
+ASSIGNMENT = """BufferAssignment:
+allocation 0: size 64, parameter 0, shape |f32[16]| at ShapeIndex {}:
+ value: <0 p0 @0> (size=64,offset=0): f32[16]{0}
+allocation 1: size 64, output shape is |f32[16]|, maybe-live-out:
+ value: <5 out @0> (size=64,offset=0): f32[16]{0}
+allocation 2: size 300, preallocated-temp:
+ value: <1 conv.1 @0> (size=100,offset=0): f32[25]{0}
+ value: <2 transpose_copy_fusion @0> (size=100,offset=100): f32[25]{0}
+ value: <3 fusion.2 @0> (size=100,offset=200): f32[25]{0}
+ value: <4 while.1{1} (phi) @0> (size=40,offset=0): f32[10]{0}
+"""
+LIVE_RANGE = """HloLiveRange (max 6):
+  InstructionSequence:
+    0:p0
+    1:conv.1
+    2:transpose_copy_fusion
+    3:fusion.2
+    4:while.1
+    5:out
+  BufferLiveRange:
+    p0{}:0-6
+    conv.1{}:1-5
+    transpose_copy_fusion{}:2-3
+    fusion.2{}:3-5
+    while.1{1}:4-5
+    out{}:5-6
+  Live ranges at 5 (peak):
+"""
+HLO = """HloModule m
+
+%fused_computation (param_0: f32[25]) -> f32[25] {
+  %param_0 = f32[25]{0} parameter(0)
+  ROOT %transpose.1 = f32[25]{0} transpose(%param_0), dimensions={0}
+}
+
+%fused_computation.2 (param_0.1: f32[25]) -> f32[25] {
+  %param_0.1 = f32[25]{0} parameter(0)
+  ROOT %add.1 = f32[25]{0} add(%param_0.1, %param_0.1)
+}
+
+ENTRY %main (p0: f32[16]) -> f32[16] {
+  %p0 = f32[16]{0} parameter(0)
+  %conv.1 = f32[25]{0} convolution(%p0, %p0), metadata={op_name="jit(step)/conv1/conv_general_dilated"}
+  %transpose_copy_fusion = f32[25]{0} fusion(%conv.1), kind=kLoop, calls=%fused_computation
+  %fusion.2 = f32[25]{0} fusion(%transpose_copy_fusion), kind=kLoop, calls=%fused_computation.2, metadata={op_name="jit(step)/conv1_backward/transpose(jvp())/add"}
+  ROOT %out = f32[16]{0} copy(%p0)
+}
+"""
+
+
+def test_parser_on_a_known_dump():
+    b = xla.parse_breakdown(ASSIGNMENT, LIVE_RANGE, HLO, {"temp": 300})
+    assert b.allocations == [300] and b.temp == 300
+    # at step 3: conv.1 (1-5), transpose_copy_fusion (2-3), fusion.2 (3-5) -> 300 bytes;
+    # at step 4 the while value overlaps conv.1's bytes: 200
+    assert b.peak_step == 3 and b.peak_live == 300
+    by = {x.name: x for x in b.live}
+    assert set(by) == {"conv.1", "transpose_copy_fusion", "fusion.2"}
+    assert by["conv.1"].kind == "convolution" and by["conv.1"].node is None
+    assert by["transpose_copy_fusion"].kind == "layout"
+    assert by["fusion.2"].kind == "fusion" and by["fusion.2"].role == "backward"
+    # the forward conv lives past the first backward instruction (3): kept for backward
+    assert by["conv.1"].role == "kept for backward"
+    assert b.by_kind == {"layout": 100, "convolution": 100, "fusion": 100}

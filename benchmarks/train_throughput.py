@@ -30,9 +30,9 @@ all parameters together) is reported too, as a check that the two compute
 the same thing. The ratio is
 symgraph samples/s over plain-JAX samples/s (above 1: symgraph faster).
 
-On a CPU-only machine the devices are simulated CPU devices (XLA_FLAGS
---xla_force_host_platform_device_count, set here when JAX has not started
-yet); they share the machine's cores, so more devices do not mean more
+On a CPU-only machine the devices are simulated CPU devices (8, asked for
+with ``jax_num_cpu_devices`` before the JAX backend starts, unless XLA_FLAGS
+already names a count); they share the machine's cores, so more devices do not mean more
 throughput there. Results: results.json, results.md and throughput.png in
 the output folder, each written atomically.
 """
@@ -46,8 +46,6 @@ import platform
 import sys
 import time
 
-if "jax" not in sys.modules:  # simulated CPU devices must be asked for before JAX starts
-    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
@@ -61,6 +59,7 @@ from symgraph.cli import UsageError  # noqa: E402
 from symgraph.util import atomic_open, atomic_write_text  # noqa: E402
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "train")
+SIMULATED_DEVICES = 8  # CPU devices asked for, enough for the default grid
 CLASSES = 10
 LR, MOMENTUM = 0.01, 0.9
 BN_EPS, BN_MOMENTUM = 2e-5, 0.9
@@ -379,6 +378,8 @@ def chart(result: dict, path: str) -> bool:
     except ImportError:
         return False
     nets = sorted({r["net"] for r in result["rows"]})
+    if not nets:  # no rows: no chart (subplots of zero columns is an error)
+        return False
     fig, axes = plt.subplots(1, len(nets), figsize=(6 * len(nets), 4), squeeze=False)
     for ax, net in zip(axes[0], nets):
         rows = [r for r in result["rows"] if r["net"] == net]
@@ -407,24 +408,48 @@ def _load() -> float | None:
     return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
+def request_cpu_devices(n: int = SIMULATED_DEVICES) -> str | None:
+    """Asks JAX for ``n`` simulated CPU devices. This works until the JAX
+    backend starts (first device use), not merely until ``import jax`` --
+    the ``symgraph`` CLI has imported JAX before it loads this script, so
+    an XLA_FLAGS set here would come too late. A device count already in
+    XLA_FLAGS or in the config is the user's and is kept. Returns a one-line
+    note when the backend was already up (its devices are used as they are)."""
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "") or \
+            jax.config.jax_num_cpu_devices != -1:
+        return None
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError:  # jax raises this once the backend is initialised
+        return (f"note: JAX was already started, so {n} simulated CPU devices could not be "
+                f"requested; using the {len(jax.devices())} device(s) it has")
+    return None
+
+
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    note = request_cpu_devices()
+    if note:
+        print(note, flush=True)
     load_at_start = _load()
     available = jax.devices()
     counts = [d for d in args.devices if d <= len(available)]
     skipped = [d for d in args.devices if d > len(available)]
+    runnable = [(n, d, b) for n in args.nets for d in counts for b in args.batch if b % d == 0]
+    if not runnable:  # nothing to measure: say why, and leave earlier results alone
+        why = f"device counts {skipped} exceed the {len(available)} " \
+              f"{available[0].platform} device(s) here" if skipped else \
+              f"no batch size in {args.batch} splits evenly over {counts} device(s)"
+        print(f"nothing to run: {why}", flush=True)
+        return 0
     rows = []
-    for net in args.nets:
-        for dev in counts:
-            for batch in args.batch:
-                if batch % dev:
-                    continue
-                row = measure(net, batch, available[:dev], args.image, args.steps, args.rounds)
-                rows.append(row)
-                print(f"{net:7s} devices={dev} batch={batch:4d}  symgraph "
-                      f"{row['symgraph_samples_per_s']:9.0f}/s  plain "
-                      f"{row['plain_samples_per_s']:9.0f}/s  ratio {row['ratio']:.2f}  "
-                      f"diff {row['rel_update_diff_after_step1']:.1e}", flush=True)
+    for net, dev, batch in runnable:
+        row = measure(net, batch, available[:dev], args.image, args.steps, args.rounds)
+        rows.append(row)
+        print(f"{net:7s} devices={dev} batch={batch:4d}  symgraph "
+              f"{row['symgraph_samples_per_s']:9.0f}/s  plain "
+              f"{row['plain_samples_per_s']:9.0f}/s  ratio {row['ratio']:.2f}  "
+              f"diff {row['rel_update_diff_after_step1']:.1e}", flush=True)
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device_kind": f"{len(available)} x {available[0].device_kind} "

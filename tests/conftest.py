@@ -1,7 +1,11 @@
 import os
 
 # 8 simulated CPU devices for the data-parallel tests; set before JAX starts.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# Appended to flags already in XLA_FLAGS (setdefault would drop the count
+# whenever XLA_FLAGS holds anything else); a count given there is kept.
+_flags = os.environ.get("XLA_FLAGS", "")
+if "--xla_force_host_platform_device_count" not in _flags:
+    os.environ["XLA_FLAGS"] = f"{_flags} --xla_force_host_platform_device_count=8".strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402

@@ -146,6 +146,19 @@ def test_data_parallel_equals_single_device(net, devices):
                                rtol=1e-9)
 
 
+@pytest.mark.parametrize("flags", ["--xla_backend_optimization_level=2",
+                                   "--xla_force_host_platform_device_count=3"])
+def test_conftest_keeps_other_xla_flags_and_a_given_device_count(flags):
+    # the 8 devices these tests use must not depend on XLA_FLAGS being unset
+    code = "import os, conftest, jax; print(os.environ['XLA_FLAGS'], len(jax.devices()))"
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=os.path.join(ROOT, "tests"),
+                         env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == flags  # kept, first
+    want = 3 if "device_count" in flags else 8
+    assert out[-1] == str(want) and " ".join(out[:-1]).count("device_count") == 1
+
+
 def test_data_parallel_float32_tolerance_and_split_api():
     data = batches((1, 6, 6), 3, dtype=np.float32)
     one = make_module(cnn(), (1, 6, 6), devices=1, dtype="float32")

@@ -19,7 +19,7 @@ from .errors import BindError
 from .graph import Entry, Graph
 from .lower import entry_key, lower
 from .ndarray import NDArray
-from .passes.gradient import HEAD_GRAD_SUFFIX, build_gradient
+from .passes.gradient import build_gradient_with_heads
 from .passes.infer import infer_shapes
 
 GRAD_REQS = ("write", "add", "null")
@@ -134,7 +134,7 @@ class Executor:
         elif not self._wrt:  # training mode without any gradient: no backward
             prog = (jax.jit(lower(g, is_train=True)), None, [], [])
         else:
-            gg = build_gradient(g, self._wrt)
+            gg, head_of = build_gradient_with_heads(g, self._wrt)
             fwd_ids = {id(n) for n in g.nodes}
             saved: dict[str, Entry] = {}
             for n in gg.nodes:
@@ -146,8 +146,10 @@ class Executor:
             saved_entries = list(saved.values())
             fwd = Graph(list(g.outputs) + saved_entries)
             bwd = Graph(gg.outputs[len(g.outputs):])
-            heads = [n.name for n in bwd.variables if n.name.endswith(HEAD_GRAD_SUFFIX)
-                     and n.name not in self.arg_dict]
+            # the gradient pass says which variable is which output's head
+            # gradient: names alone cannot (Group([y, y]) gives y two heads)
+            fed = {n.name for n in bwd.variables}
+            heads = [(name, i) for name, i in head_of if name in fed]
             prog = (jax.jit(lower(fwd, is_train=True)), jax.jit(lower(bwd, is_train=True)),
                     [entry_key(e) for e in saved_entries], heads)
         self._programs[kind] = prog
@@ -196,16 +198,17 @@ class Executor:
         names = self._symbol.list_outputs()
         if out_grads is not None and not isinstance(out_grads, (list, tuple)):
             out_grads = [out_grads]
-        for h in heads:
-            out_name = h[: -len(HEAD_GRAD_SUFFIX)]
-            i = names.index(out_name)
+        for h, i in heads:
             if out_grads is None:
                 feeds[h] = jnp.ones_like(self.outputs[i].data)
             else:
-                if i >= len(out_grads):
-                    raise BindError(f"backward: no head gradient for output '{out_name}'")
+                if i >= len(out_grads) or out_grads[i] is None:
+                    raise BindError(f"backward: no head gradient for output {i} "
+                                    f"('{names[i]}')")
                 og = out_grads[i]
-                feeds[h] = og.data if isinstance(og, NDArray) else jnp.asarray(og)
+                og = og.data if isinstance(og, NDArray) else jnp.asarray(og)
+                # MXNet copies into an array like the output: its dtype, not the caller's
+                feeds[h] = og.astype(self.outputs[i].data.dtype)
         grads, _ = bwd(feeds, None)
         for name, gr in zip(self._wrt, grads):
             if self._grad_req[name] == "add":

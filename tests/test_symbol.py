@@ -211,6 +211,36 @@ def test_grad_req_write_add_null():
     ex_null.backward()  # nothing asked, nothing computed
 
 
+def test_an_output_grouped_twice_gets_both_head_gradients():
+    # the second head of fc is named fc_output_head_grad1 by the gradient
+    # pass; the executor must feed it by output index, not by name suffix
+    data = S.Variable("data")
+    y = S.FullyConnected(data, num_hidden=3, name="fc")
+    net = S.Group([y, y, S.SoftmaxOutput(y, name="sm")])
+    ex = net.simple_bind(sg.cpu(), type_dict={"data": "float64"}, data=(2, 4))
+    rng = np.random.default_rng(5)
+    _random_args(ex, rng, skip=("sm_label",))
+    ex.forward(is_train=True)
+    wrt = ["data", "fc_weight", "fc_bias"]
+    og = [rng.normal(size=(2, 3)), rng.normal(size=(2, 3))]
+    ex.backward([og[0], og[1], None])  # the loss head takes none
+    ex2 = S.Group([y, y]).simple_bind(sg.cpu(), type_dict={"data": "float64"}, data=(2, 4))
+    for k in ex2.arg_dict:
+        ex2.arg_dict[k][:] = ex.arg_dict[k]
+    ex2.forward(is_train=True)
+    want = _lowered_vjp(S.Group([y, y]), ex2, wrt, og)
+    loss = ex.outputs[2].asnumpy() - np.eye(3)[ex.arg_dict["sm_label"].asnumpy().astype(int)]
+    want_bias = want["fc_bias"] + loss.sum(0)
+    np.testing.assert_allclose(ex.grad_dict["fc_bias"].asnumpy(), want_bias, rtol=1e-10)
+    # without out_grads every non-loss head is ones
+    ex2.backward()
+    want = _lowered_vjp(S.Group([y, y]), ex2, wrt, [np.ones((2, 3))] * 2)
+    for k in wrt:
+        np.testing.assert_allclose(ex2.grad_dict[k].asnumpy(), want[k], rtol=1e-10, err_msg=k)
+    with pytest.raises(sg.BindError, match="no head gradient for output 1"):
+        ex2.backward([og[0]])
+
+
 def test_bind_uses_the_callers_arrays():
     net = _mlp()
     rng = np.random.default_rng(2)

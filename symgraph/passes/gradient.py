@@ -10,6 +10,10 @@ summed (``ElementWiseSum``, as MXNet does). Only nodes on a path from a
 Head gradients: an output produced by a loss op (``SoftmaxOutput``,
 ``LinearRegressionOutput`` ...) starts the backward by itself; every other
 output gets a variable ``<output name>_head_grad`` that the caller feeds.
+The name is only a default: a second head of the same output (``Group([y,
+y])``) or a clash with another node gets a numbered name, so callers learn
+which variable belongs to which output from ``build_gradient_with_heads``,
+never from the suffix.
 """
 from __future__ import annotations
 
@@ -68,6 +72,15 @@ def _needs_gradient(graph: Graph, wrt_ids: set[int]) -> list[bool]:
 
 def build_gradient(graph: Graph, wrt: Sequence[str]) -> Graph:
     """Outputs: the graph's outputs, then d(outputs)/d(var) for var in wrt."""
+    return build_gradient_with_heads(graph, wrt)[0]
+
+
+def build_gradient_with_heads(graph: Graph, wrt: Sequence[str]
+                              ) -> tuple[Graph, list[tuple[str, int]]]:
+    """``build_gradient``'s graph, and its head-gradient variables as
+    ``(variable name, index of the graph output it is the gradient of)``
+    pairs in output order (loss outputs and outputs no gradient reaches have
+    none)."""
     by_name = {n.name: n for n in graph.arguments}
     for name in wrt:
         if name not in by_name:
@@ -79,7 +92,8 @@ def build_gradient(graph: Graph, wrt: Sequence[str]) -> Graph:
 
     # contributions to each entry's gradient, keyed by (node id, output index)
     contrib: dict[tuple[int, int], list[Entry]] = {}
-    for e in graph.outputs:
+    heads: list[tuple[str, int]] = []
+    for out_index, e in enumerate(graph.outputs):
         nid = graph.node_id(e.node)
         if not reach[nid]:
             continue
@@ -89,6 +103,7 @@ def build_gradient(graph: Graph, wrt: Sequence[str]) -> Graph:
         name = e.node.output_names()[e.index] + HEAD_GRAD_SUFFIX
         # the head gradient has its output's shape and dtype (infer reads this)
         head = Node(None, g.unique(name), {"__like__": f"{e.node.name}:{e.index}"})
+        heads.append((head.name, out_index))
         contrib.setdefault((nid, e.index), []).append(Entry(head, 0))
 
     def total(nid: int, idx: int, node: Node) -> Entry | None:
@@ -132,8 +147,4 @@ def build_gradient(graph: Graph, wrt: Sequence[str]) -> Graph:
             g._current = var.name
             gr = g.op("zeros_like", [Entry(var, 0)], suffix="zero_grad")[0]
         outs.append(gr)
-    return Graph(outs)
-
-
-def head_grad_names(graph: Graph) -> list[str]:
-    return [n.name for n in graph.arguments if n.name.endswith(HEAD_GRAD_SUFFIX)]
+    return Graph(outs), heads

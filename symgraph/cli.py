@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 
 from .errors import SymgraphError
@@ -33,20 +34,20 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_shapes(items) -> dict:
-    """``['data=64,3,224,224', 'label=64']`` -> ``{'data': (64, 3, 224, 224), ...}``."""
+    """``['data=64,3,224,224', 'label=64']`` -> ``{'data': (64, 3, 224, 224), ...}``;
+    dimensions are separated by commas or ``x`` (``data=64x3x224x224``)."""
+    from .util import parse_dims
     shapes = {}
     for item in items or []:
         name, sep, dims = item.partition("=")
-        try:
-            if not sep or not name:
-                raise ValueError
-            shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
-            if not shape or any(d <= 0 for d in shape):
-                raise ValueError
-        except ValueError:
+        if not sep or not name.strip():
             raise UsageError(f"bad --shape {item!r}: expected NAME=D1,D2,... such as "
-                             f"data=64,3,224,224") from None
-        shapes[name.strip()] = shape
+                             f"data=64,3,224,224")
+        try:
+            shapes[name.strip()] = parse_dims(dims)
+        except ValueError as err:
+            raise UsageError(f"bad --shape {item!r}: {err}; expected NAME=D1,D2,... such "
+                             f"as data=64,3,224,224") from None
     return shapes
 
 
@@ -80,7 +81,21 @@ def main(argv=None) -> int:
         if not getattr(args, "_run", None):
             parser.print_help()
             return 2
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit past this handler
+        return code
+    except BrokenPipeError:
+        # the reader went away (`symgraph zoo vgg16 | head`): nothing to say.
+        # Python's recipe: point stdout at devnull so the flush at exit
+        # cannot fail again. Exit 141 (128 + SIGPIPE) as cat or yes do when
+        # their reader quits: under `set -o pipefail` a cut-off output is
+        # not a success.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass  # stdout is no real file (a test's capture): nothing to flush
+        return 141
     except SymgraphError as err:
         print(f"symgraph: error: {err}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ import html
 import os
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .errors import GraphError, ShapeError, SymgraphError
@@ -421,6 +422,11 @@ def plot(net, shape: dict | None = None, plan=None, train: bool = False, *,
 
     if rankdir not in ("TB", "LR", "BT", "RL"):
         raise VizError(f"rankdir must be TB, LR, BT or RL, got {rankdir!r}")
+    if shape is not None and not isinstance(shape, Mapping):
+        # a bare tuple would be read as input names ("'2' is not an input")
+        example = tuple(shape) if isinstance(shape, (tuple, list)) else (2, 1, 28, 28)
+        raise VizError(f"shape must be a dict of input shapes such as {{'data': {example}}}, "
+                       f"got {shape!r}")
     graph = _as_graph(net)
     n_fwd = len(graph.outputs)
     pv = None
@@ -711,7 +717,8 @@ def plot_timeline(plan, path=None, *, title: str | None = None):
     nsteps = len(data["live"])
     top = max([plan.lower_bound] + [max(v, default=0) for v in data.values()])
     unit, scale = _byte_unit(top)
-    steps = list(range(nsteps))
+    # steps are numbered from 1, as `symgraph plan` reports the peak ("step 2/25")
+    steps = list(range(1, nsteps + 1))
 
     fig = Figure(figsize=(9, 4.8), dpi=100)
     FigureCanvasAgg(fig)  # no pyplot: nothing global changes in the caller
@@ -728,15 +735,16 @@ def plot_timeline(plan, path=None, *, title: str | None = None):
                linestyle="--", linewidth=1.2,
                label=f"lower bound: {format_bytes(plan.lower_bound)}")
     if plan.peak_step is not None:
-        peak = plan.peak_step
+        peak = plan.peak_step + 1
         ax.axvline(peak, color=_TIMELINE_COLORS["lower_bound"], linestyle=":", linewidth=1)
         ax.plot([peak], [plan.lower_bound / scale], marker="v", markersize=9,
                 color=_TIMELINE_COLORS["lower_bound"], linestyle="none")
-        name = plan.live.step_name(peak)
+        name = plan.live.step_name(plan.peak_step)
         if len(name) > 40:
             name = name[:37] + "..."
-        ax.annotate(f"peak: step {peak} ({name})", xy=(peak, plan.lower_bound / scale),
-                    xytext=(0, 10), textcoords="offset points", fontsize=8,
+        ax.annotate(f"peak: step {peak}/{nsteps} ({name})",
+                    xy=(peak, plan.lower_bound / scale), xytext=(0, 10),
+                    textcoords="offset points", fontsize=8,
                     ha="right" if peak > nsteps / 2 else "left",
                     color=_TIMELINE_COLORS["lower_bound"])
     if plan.train:
@@ -744,10 +752,10 @@ def plot_timeline(plan, path=None, *, title: str | None = None):
         first_bwd = next((s for s, members in enumerate(plan.steps)
                           if not forward[members[-1]]), None)
         if first_bwd is not None:
-            ax.axvline(first_bwd - 0.5, color="#999999", linewidth=0.8)
-            ax.text(first_bwd, 0.02, " backward", transform=ax.get_xaxis_transform(),
+            ax.axvline(first_bwd + 0.5, color="#999999", linewidth=0.8)
+            ax.text(first_bwd + 1, 0.02, " backward", transform=ax.get_xaxis_transform(),
                     fontsize=8, color="#666666")
-    ax.set_xlim(-0.5, max(nsteps - 0.5, 0.5))
+    ax.set_xlim(0.5, max(nsteps + 0.5, 1.5))
     ax.set_ylim(0, top / scale * 1.12 if top else 1)
     ax.set_xlabel("step of the schedule")
     ax.set_ylabel(f"memory in use ({unit})")

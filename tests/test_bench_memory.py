@@ -125,3 +125,60 @@ def test_committed_results_and_docs_agree():
     assert report.doc_block(res) in doc
     with open(os.path.join(root, "benchmarks", "results", "memory", "results.md")) as f:
         assert f.read() == report.markdown(res)
+
+
+def test_quick_without_out_never_writes_the_committed_results(tmp_path, monkeypatch, capsys):
+    import os
+
+    from symgraph.bench import memory as bench_memory
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    committed = os.path.join(root, "benchmarks", "results", "memory")
+    real_write, written = bench_memory.write_results, []
+
+    def guarded_write(result, out, **kwargs):
+        # refuse rather than clobber the committed full run should this regress
+        assert os.path.realpath(out) != os.path.realpath(committed)
+        written.append(out)
+        return real_write(result, out, **kwargs)
+
+    monkeypatch.setattr(bench_memory, "write_results", guarded_write)
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "memory", "--quick", "--no-xla", "--no-charts",
+                 "--no-progress"]) == 0
+    out = os.path.join("bench-results", "memory-quick")
+    assert written == [out] and out in capsys.readouterr().out
+    res = json.loads((tmp_path / out / "results.json").read_text())
+    assert res["config"]["quick"] is True
+
+
+def test_docs_prose_ranges_agree_with_committed_results():
+    import os
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "benchmarks", "results", "memory", "results.json")) as f:
+        rows = json.load(f)["rows"]
+    with open(os.path.join(root, "docs", "benchmarks.md")) as f:
+        doc = " ".join(f.read().split())
+
+    def pct_range(mode, saving):
+        vals = [saving(r) for r in rows if r["mode"] == mode]
+        return round(100 * min(vals)), round(100 * max(vals))
+
+    coshare = lambda r: r["savings"]["coshare"]  # noqa: E731
+    m = re.search(r"\*\*Co-share\*\* does the heavy lifting: −(\d+)% [^,]*?to −(\d+)% in "
+                  r"training, −(\d+)% [^,]*?to −(\d+)% in inference", doc)
+    assert m, "co-share's ranges not found in docs/benchmarks.md"
+    assert tuple(map(int, m.groups())) == (*pct_range("train", coshare),
+                                           *pct_range("infer", coshare))
+
+    def arena_below_both(r):
+        internal = r["bytes"]["internal"]
+        return 1 - internal["arena"] / internal["both"]
+
+    m = re.search(r"(\d+)–(\d+)% below \*both\* in training and (\d+)–(\d+)% below it in "
+                  r"inference", doc)
+    assert m, "arena's ranges not found in docs/benchmarks.md"
+    assert tuple(map(int, m.groups())) == (*pct_range("train", arena_below_both),
+                                           *pct_range("infer", arena_below_both))
+    over_lb = [r["arena_over_lower_bound"] for r in rows]
+    assert f"1.00 to {max(over_lb):.2f}" in doc and min(over_lb) >= 1.0

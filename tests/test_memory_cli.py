@@ -116,6 +116,25 @@ def test_malformed_shape(capsys, net_file, shape):
     one_line_error(capsys, net_file, "--shape", shape, match="bad --shape")
 
 
+@pytest.mark.parametrize("shape,bad", [
+    ("data=8,784,x", "an empty dimension"),  # a stray x once vanished: (8, 784)
+    ("data=8,,784", "an empty dimension"),
+    ("data=8,784,", "an empty dimension"),
+    ("data=8,78a", "'78a' is not a positive whole number"),
+])
+def test_malformed_shape_names_the_bad_part(capsys, net_file, shape, bad):
+    one_line_error(capsys, net_file, "--shape", shape, match=f"bad --shape '{shape}': {bad}")
+
+
+def test_shape_dims_by_comma_or_x(capsys, net_file):
+    from symgraph.cli import parse_shapes
+    assert parse_shapes(["data=64,3,224,224", "label=64"]) == {
+        "data": (64, 3, 224, 224), "label": (64,)}
+    assert parse_shapes(["data=64x3x224x224"]) == {"data": (64, 3, 224, 224)}
+    code, out, _ = run(capsys, net_file, "--shape", "data=8x784", "--no-xla", "--json")
+    assert code == 0 and json.loads(out)["shapes"] == {"data": [8, 784]}
+
+
 def test_unknown_strategy(capsys, net_file):
     one_line_error(capsys, net_file, "--shape", "data=8,784", "--strategy", "greedy",
                    match="invalid choice: 'greedy'")

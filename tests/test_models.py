@@ -189,8 +189,37 @@ def test_cli_lists_writes_and_prints(tmp_path, capsys):
     (["zoo", "nonet"], "unknown model 'nonet'"),
     (["zoo", "vgg16", "--image-shape", "3,x,224"], "bad image shape"),
     (["zoo", "--classes", "10"], "give a model name"),
+    # a trailing stray x once vanished: 3,224,224,x became (3, 224, 224)
+    (["zoo", "vgg16", "--image-shape", "3,224,224,x"], "'3,224,224,x': an empty dimension"),
+    (["zoo", "vgg16", "--image-shape", "3x224x"], "'3x224x': an empty dimension"),
+    (["zoo", "vgg16", "--image-shape", "3,224,22a"], "'22a' is not a positive whole number"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(argv, msg, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert msg in err and err.count("\n") == 1
+
+
+def test_image_shape_by_comma_or_x():
+    from symgraph.models import parse_image_shape
+    assert parse_image_shape("3,224,224") == parse_image_shape("3x224x224") == (3, 224, 224)
+    assert parse_image_shape((1, 28, 28)) == (1, 28, 28)
+
+
+def test_cli_unwritable_output_is_one_line(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("x")
+    out = tmp_path / "notes.txt" / "mlp.json"
+    assert main(["zoo", "mlp", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"symgraph: error: cannot write {out}: ") and err.count("\n") == 1
+
+
+def test_cli_quiet_when_the_reader_goes_away():
+    # `symgraph zoo vgg16 | head`: the reader is gone before the JSON is written
+    import subprocess
+    import sys
+    p = subprocess.Popen([sys.executable, "-m", "symgraph.cli", "zoo", "vgg16"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 141 and err == b""  # 128 + SIGPIPE, as cat exits

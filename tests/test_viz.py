@@ -338,9 +338,14 @@ def test_timeline_peak_is_the_lower_bound(vgg, tmp_path):
     with open(tmp_path / "t.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     ax = fig.axes[0]
-    assert any(t.get_text().startswith(f"peak: step {plan.peak_step} ") for t in ax.texts)
+    # the picture numbers the peak step as the report does: from 1, "k/n"
+    step = re.search(r"peak \(lower bound\) at step (\d+)/(\d+) ", plan.report())
+    k, n = int(step.group(1)), int(step.group(2))
+    assert (k, n) == (plan.peak_step + 1, len(plan.steps))
+    assert any(t.get_text().startswith(f"peak: step {k}/{n} ") for t in ax.texts)
     marks = [ln for ln in ax.lines if ln.get_marker() == "v"]
-    assert len(marks) == 1 and list(marks[0].get_xdata()) == [plan.peak_step]
+    assert len(marks) == 1 and list(marks[0].get_xdata()) == [k]
+    assert ax.lines[0].get_xdata()[0] == 1 and ax.lines[0].get_xdata()[-1] == n
     with pytest.raises(viz.VizError, match="unknown picture format"):
         viz.plot_timeline(plan, tmp_path / "t.jpg")
 
@@ -400,6 +405,31 @@ def test_bad_input_is_one_line_exit_2(mlp_json, tmp_path, capsys):
     assert "--shape" in one_line_error(capsys, mlp_json, "--plan")
     assert "bad --shape" in one_line_error(capsys, mlp_json, "--shape", "data=2,a")
     assert not list(tmp_path.glob("bad.svg")) and not list(tmp_path.glob("x.*"))
+
+
+def test_unwritable_output_is_one_line(mlp_json, tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("x")
+    out = tmp_path / "notes.txt" / "mlp.dot"
+    line = one_line_error(capsys, mlp_json, "-o", out)
+    assert line.startswith(f"symgraph: error: cannot write {out}: "), line
+
+
+def test_shape_must_be_a_dict():
+    net = sg.models.get_model("mlp")
+    # a bare tuple was taken for input names: "'2' is not an input"
+    with pytest.raises(viz.VizError, match=r"shape must be a dict of input shapes such as "
+                                           r"\{'data': \(2, 1, 28, 28\)\}"):
+        viz.plot(net, shape=(2, 1, 28, 28))
+    assert "2x1x28x28" in viz.plot(net, shape={"data": (2, 1, 28, 28)}).source
+
+
+def test_rankdir_lr(mlp_json, tmp_path, capsys):
+    out = tmp_path / "mlp.dot"
+    rc, _ = viz_cli(capsys, mlp_json, "--rankdir", "LR", "-o", out)
+    assert rc == 0 and re.search(r"\brankdir=LR\b", out.read_text())
+    rc, _ = viz_cli(capsys, mlp_json, "-o", out)
+    assert rc == 0 and re.search(r"\brankdir=TB\b", out.read_text())
+    assert "invalid choice: 'UP'" in one_line_error(capsys, mlp_json, "--rankdir", "UP")
 
 
 def test_missing_dot_is_one_line_but_dot_text_still_works(mlp_json, tmp_path, capsys,

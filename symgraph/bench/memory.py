@@ -14,7 +14,9 @@ gradients; inference: forward only) it plans the graph with
   ``benchmarks/mxnet_memory.py`` wrote (run in MXNet's own environment).
 
 It writes ``results.json``, ``results.md`` and PNG charts to the output
-folder. ``--quick`` plans two small nets at batch 4, for a test.
+folder. ``--quick`` plans two small nets at batch 4, for a test; without
+``--out`` it writes to ``./bench-results/memory-quick``, so a smoke test
+never replaces the committed full run in ``benchmarks/results/memory``.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ QUICK_NETS = ("mlp", "resnet-cifar-20")
 QUICK_BATCHES = (4,)
 MODES = ("train", "infer")
 RESULTS_DIR = os.path.join("benchmarks", "results", "memory")
+QUICK_RESULTS_DIR = os.path.join("bench-results", "memory-quick")
 MIB = 2 ** 20
 
 
@@ -44,7 +47,11 @@ class BenchError(SymgraphError):
 # --------------------------------------------------------------------------
 # command line
 # --------------------------------------------------------------------------
-def _default_out() -> str:
+def _default_out(quick: bool = False) -> str:
+    if quick:
+        # a smoke test's figures must never replace the committed full run:
+        # they go under the current folder (ignored by git in a checkout)
+        return QUICK_RESULTS_DIR
     # the checkout's results folder when run from a source checkout
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if os.path.isdir(os.path.join(repo, "benchmarks")):
@@ -58,7 +65,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch", help="comma-separated batch sizes (default: 32,64,128)")
     parser.add_argument("--modes", default="train,infer",
                         help="train, infer or both (default: %(default)s)")
-    parser.add_argument("--out", help="results folder (default: benchmarks/results/memory)")
+    parser.add_argument("--out", help="results folder (default: benchmarks/results/memory; "
+                        "with --quick: ./" + QUICK_RESULTS_DIR + ", never the committed "
+                        "results)")
     parser.add_argument("--mxnet", metavar="MXNET.json",
                         help="MXNet's figures from benchmarks/mxnet_memory.py (default: "
                              "mxnet.json in the results folder, if there)")
@@ -71,7 +80,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--quick", action="store_true",
-                        help="two small nets at batch 4: a smoke test in seconds")
+                        help="two small nets at batch 4: a smoke test in seconds, written "
+                             "to ./" + QUICK_RESULTS_DIR + " unless --out says otherwise")
 
 
 def _names(text, default, what):
@@ -100,7 +110,7 @@ def run(args) -> int:
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise BenchError(f"--modes: unknown mode {bad[0]!r}; use train, infer or both")
-    out = args.out or _default_out()
+    out = args.out or _default_out(args.quick)
     mxnet_path = args.mxnet or os.path.join(out, "mxnet.json")
     mxnet = load_mxnet(mxnet_path, required=bool(args.mxnet))
     result = run_memory(nets, batches, modes, xla=not args.no_xla, mxnet=mxnet,

@@ -120,17 +120,21 @@ def get_model(name: str, num_classes: int | None = None, image_shape=None) -> Sy
 
 
 def parse_image_shape(value) -> tuple:
-    """``'3,224,224'`` or ``(3, 224, 224)`` -> ``(3, 224, 224)``."""
-    try:
-        if isinstance(value, str):
-            shape = tuple(int(v) for v in value.replace("x", ",").split(",") if v.strip())
-        else:
+    """``'3,224,224'``, ``'3x224x224'`` or ``(3, 224, 224)`` -> ``(3, 224, 224)``."""
+    from ..util import parse_dims
+    bad, hint = f"bad image shape {value!r}: ", "expected C,H,W such as 3,224,224"
+    if isinstance(value, str):
+        try:
+            shape = parse_dims(value)  # names an empty or non-numeric dimension
+        except ValueError as err:
+            raise ModelError(f"{bad}{err}; {hint}") from None
+    else:
+        try:
             shape = tuple(int(v) for v in value)
-        if len(shape) != 3 or any(v <= 0 for v in shape):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise ModelError(f"bad image shape {value!r}: expected C,H,W such as 3,224,224") \
-            from None
+        except (TypeError, ValueError):
+            raise ModelError(bad + hint) from None
+    if len(shape) != 3 or any(v <= 0 for v in shape):
+        raise ModelError(bad + hint)
     return shape
 
 

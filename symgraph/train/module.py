@@ -50,7 +50,8 @@ from . import optimizer as opt_mod
 from .checkpoint import (load_checkpoint, load_params_file, params_path,
                          save_checkpoint, save_params_file, split_arg_aux)
 from .io import DataBatch, DataDesc, PrefetchingIter, as_descs
-from .step import TrainPrograms, batch_signature
+from .step import LOSS_SCALE_STATE, DynamicLossScale, TrainPrograms, batch_signature, \
+    loss_scaling
 
 GRAD_REQS = ("write", "add", "null")
 
@@ -78,7 +79,9 @@ class Module:
     ``context``: a Context or a list (data parallel over them).
     ``fixed_param_names``: arguments kept fixed during training.
     ``compute_dtype``: 'float32', or 'bfloat16'/'float16' to compute in low
-    precision with float32 master weights; ``loss_scale`` for float16.
+    precision with float32 master weights; ``loss_scale`` for float16: a
+    number (static), or 'dynamic' / ``DynamicLossScale(...)`` (the scale
+    lives in the optimizer state; see ``loss_scale`` the property).
     ``seed``: the random key of ops such as Dropout (per update count, so a
     resumed run draws the same numbers).
     """
@@ -86,7 +89,7 @@ class Module:
     def __init__(self, symbol, data_names=("data",), label_names=("softmax_label",),
                  logger=logging, context=None, work_load_list=None, fixed_param_names=None,
                  state_names=None, group2ctxs=None, compression_params=None,
-                 compute_dtype: str = "float32", loss_scale: float = 1.0, seed: int = 0):
+                 compute_dtype: str = "float32", loss_scale=1.0, seed: int = 0):
         self.symbol = symbol
         self.logger = logger
         args = symbol.list_arguments()
@@ -117,7 +120,8 @@ class Module:
         self._devices = DeviceSet(context)
         self._context = self._devices.contexts
         self._compute_dtype = compute_dtype
-        self._loss_scale = float(loss_scale)
+        loss_scaling(loss_scale)  # a bad value fails here, not at bind
+        self._loss_scale = loss_scale
         self._key = jax.random.key(int(seed))
         self.binded = False
         self.for_training = False
@@ -261,7 +265,7 @@ class Module:
             self._place_params(arg, aux)
             self._pending = None
         if was_bound and self.optimizer_initialized and \
-                sorted(self._opt_states) != sorted(trainable):
+                sorted(set(self._opt_states) - {LOSS_SCALE_STATE}) != sorted(trainable):
             self.optimizer_initialized = False  # other parameters train now
 
     def reshape(self, data_shapes, label_shapes=None):
@@ -401,8 +405,10 @@ class Module:
             self._programs.set_reducer(self._kvstore.step_reducer(self._devices))
         else:
             self._programs.set_reducer(self._devices.sum_over_devices)
-        self._opt_states = self._devices.put_replicated(
-            {n: tuple(optimizer.create_state(n, self._params[n])) for n in self._trainable})
+        states = {n: tuple(optimizer.create_state(n, self._params[n])) for n in self._trainable}
+        if self._programs.dynamic is not None:
+            states[LOSS_SCALE_STATE] = self._programs.dynamic.initial_state()
+        self._opt_states = self._devices.put_replicated(states)
         self.optimizer_initialized = True
         if self._preload_opt_states is not None:
             self.load_optimizer_states(self._preload_opt_states)
@@ -411,6 +417,16 @@ class Module:
     @property
     def optimizer(self):
         return self._optimizer
+
+    @property
+    def loss_scale(self) -> float:
+        """The loss scale the next step uses: the static one, or the current
+        dynamic one (read from the devices, so this waits for the step)."""
+        state = self._opt_states.get(LOSS_SCALE_STATE)
+        if state is not None:
+            return float(np.asarray(state[0])[0])
+        static, dynamic = loss_scaling(self._loss_scale)
+        return dynamic.init_scale if dynamic is not None else static
 
     def save_optimizer_states(self, fname: str) -> None:
         """The optimizer's state arrays and update count, atomically."""
@@ -427,6 +443,9 @@ class Module:
         loaded = load_params_file(fname)
         states = {}
         for n, st in self._opt_states.items():
+            if n == LOSS_SCALE_STATE and f"state:{n}:0" not in loaded:
+                states[n] = st  # saved without dynamic scaling: the scale starts afresh
+                continue
             new = []
             for i, s in enumerate(st):
                 v = loaded.get(f"state:{n}:{i}")
@@ -572,8 +591,11 @@ class Module:
                      (self._devices.put_replicated(h) if h is not None else None)
                      for i, h in enumerate(heads)]
         prog = self._programs.backward(sig, wrt)
+        scale = self._opt_states.get(LOSS_SCALE_STATE)
+        if scale is None and self._programs.dynamic is not None:  # no optimizer yet
+            scale = self._devices.put_replicated(self._programs.dynamic.initial_state())
         pgrads, igrads = prog(self._params, self._aux, self._fixed, batch, saved, heads, t,
-                              self._key)
+                              self._key, None if scale is None else scale[0])
         for k, gr in pgrads.items():
             if self._grad_req.get(k) == "add" and k in self._grads:
                 self._grads[k] = self._grads[k] + gr
@@ -848,5 +870,5 @@ def load_params(fname: str) -> tuple[dict, dict]:
     return ({k: NDArray(v) for k, v in arg.items()}, {k: NDArray(v) for k, v in aux.items()})
 
 
-__all__ = ["Module", "load_checkpoint", "save_checkpoint", "save_params", "load_params",
-           "params_path", "states_path"]
+__all__ = ["Module", "DynamicLossScale", "load_checkpoint", "save_checkpoint", "save_params",
+           "load_params", "params_path", "states_path"]

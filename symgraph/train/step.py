@@ -22,9 +22,15 @@ float32 master weights, aux states and float inputs are cast down inside
 the program, the gradients come back cast up to float32, and the optimizer
 updates the float32 weights. ``loss_scale`` multiplies the loss heads'
 ``grad_scale`` (and the head gradients) and divides the gradients again,
-for float16.
+for float16. ``loss_scale='dynamic'`` (or a ``DynamicLossScale``) keeps the
+scale in the optimizer state instead and changes it inside the compiled
+step: a step whose gradients are not all finite is skipped and halves the
+scale, ``growth_interval`` finite steps in a row double it.
 """
 from __future__ import annotations
+
+import copy
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -32,22 +38,110 @@ import numpy as np
 
 from ..graph import Entry, Graph, Node
 from ..lower import entry_key, lower
+from ..ops.registry import OpDef
 from ..parallel.data_parallel import BATCH_AXIS, P, DeviceSet
 from ..passes.gradient import HEAD_GRAD_SUFFIX, build_gradient
 from ..passes.infer import infer_shapes
 from . import TrainError
 
 LOW_PRECISION = ("bfloat16", "float16")
+# the optimizer-state entry of the dynamic loss scale: (scale, finite steps
+# since the last change), float32 and int32 arrays of shape (1,) so that
+# save_optimizer_states writes them like any state (MXNet's format has no 0-d)
+LOSS_SCALE_STATE = "__loss_scale__"
+# the graph variable the dynamic scale is fed through
+LOSS_SCALE_VAR = "__loss_scale__"
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicLossScale:
+    """Dynamic loss scaling for float16: the scale starts at ``init_scale``;
+    a step whose gradients are not all finite is skipped (weights, optimizer
+    state and aux states stay as they were) and divides the scale by
+    ``factor`` (never below 1); after ``growth_interval`` finite steps in a
+    row the scale is multiplied by ``factor``."""
+
+    init_scale: float = 2.0 ** 15
+    growth_interval: int = 2000
+    factor: float = 2.0
+
+    def __post_init__(self):
+        if not (self.init_scale >= 1 and self.growth_interval >= 1 and self.factor > 1):
+            raise TrainError(f"{self}: needs init_scale >= 1, growth_interval >= 1 and "
+                             f"factor > 1")
+
+    def initial_state(self) -> tuple:
+        return (np.full((1,), self.init_scale, np.float32), np.zeros((1,), np.int32))
+
+    def next_state(self, state: tuple, finite) -> tuple:
+        """The state after a step whose gradients were (not) all finite."""
+        scale, good = state
+        good = jnp.where(finite, good + 1, 0)
+        grow = good >= self.growth_interval
+        scale = jnp.where(finite, jnp.where(grow, scale * self.factor, scale),
+                          jnp.maximum(scale / self.factor, 1.0))
+        return scale.astype(jnp.float32), jnp.where(grow, 0, good).astype(jnp.int32)
+
+
+def loss_scaling(loss_scale) -> tuple[float, DynamicLossScale | None]:
+    """``(static scale, dynamic scaling or None)`` from a Module's
+    ``loss_scale``: a positive number, 'dynamic' or a DynamicLossScale."""
+    if isinstance(loss_scale, DynamicLossScale):
+        return 1.0, loss_scale
+    if isinstance(loss_scale, str):
+        if loss_scale != "dynamic":
+            raise TrainError(f"loss_scale={loss_scale!r}; use a positive number, 'dynamic' "
+                             f"or sg.mod.DynamicLossScale(...)")
+        return 1.0, DynamicLossScale()
+    if not float(loss_scale) > 0:
+        raise TrainError(f"loss_scale must be positive, got {loss_scale}")
+    return float(loss_scale), None
+
+
+def _scale_in_float32(p, ctx, x, scale):
+    # at least float32, so that a scale past float16's range (65504) still
+    # works (an overflow of the product gives inf, which halves the scale)
+    wide = jnp.promote_types(x.dtype, jnp.float32)
+    return (x.astype(wide) * scale.astype(wide)).astype(x.dtype)
+
+
+# not registered: it exists only in the gradient graphs built here
+SCALE_BY = OpDef(name="_loss_scale_mul", lower=_scale_in_float32,
+                 arguments=("data", "scale"),
+                 infer_shape=lambda p, s: ([s[0], s[1] if s[1] is not None else ()], [s[0]]),
+                 category="elementwise")
+
+
+def scaled_gradient_op(op: OpDef, scale_var: Node) -> OpDef:
+    """A copy of loss op ``op`` whose gradient rule multiplies the gradients
+    it starts by the variable ``scale_var`` (fed at run time, so the scale
+    can change without recompiling)."""
+    rule = op.gradient
+
+    def gradient(g, node, ograds):
+        out = []
+        for gr in rule(g, node, ograds):
+            if gr is not None:
+                mul = Node(SCALE_BY, g.unique(f"{node.name}_loss_scale"), {},
+                           [gr, Entry(scale_var, 0)])
+                gr = Entry(mul, 0)
+            out.append(gr)
+        return out
+
+    new = copy.copy(op)
+    new.gradient = gradient
+    return new
 
 
 def _is_float(dtype) -> bool:
     return jnp.issubdtype(dtype, jnp.floating)
 
 
-def scale_loss_heads(graph: Graph, scale_of) -> Graph:
+def scale_loss_heads(graph: Graph, scale_of, loss_op=None) -> Graph:
     """A copy of ``graph`` whose loss nodes have ``grad_scale`` multiplied by
-    ``scale_of(node)`` (nodes scaled by 1 are kept; nodes downstream of a
-    rewritten one are rebuilt). The forward computation is unchanged."""
+    ``scale_of(node)`` and, with ``loss_op``, the op ``loss_op(op)`` (nodes
+    left as they were are kept; nodes downstream of a rewritten one are
+    rebuilt). The forward computation is unchanged."""
     new: dict[int, Node] = {}
 
     def entry(e: Entry) -> Entry:
@@ -58,7 +152,9 @@ def scale_loss_heads(graph: Graph, scale_of) -> Graph:
             continue
         ins = [entry(e) for e in n.inputs]
         s = scale_of(n) if n.op.is_loss else 1.0
-        if s != 1.0 or any(a.node is not b.node for a, b in zip(ins, n.inputs)):
+        op = loss_op(n.op) if loss_op is not None and n.op.is_loss else n.op
+        if s != 1.0 or op is not n.op or \
+                any(a.node is not b.node for a, b in zip(ins, n.inputs)):
             attrs = dict(n.attrs)
             if s != 1.0:
                 if "grad_scale" not in n.op.attrs:
@@ -67,7 +163,7 @@ def scale_loss_heads(graph: Graph, scale_of) -> Graph:
                         f"its gradient cannot be scaled by {s:g} (needed for loss scaling or "
                         f"for batch normalization over several devices)")
                 attrs["grad_scale"] = repr(float(n.params.grad_scale) * s)
-            new[id(n)] = Node(n.op, n.name, attrs, ins)
+            new[id(n)] = Node(op, n.name, attrs, ins)
     if not new:
         return graph
     return Graph([entry(e) for e in graph.outputs])
@@ -97,9 +193,9 @@ class TrainPrograms:
         if self.compute_dtype is not None and self.compute_dtype not in LOW_PRECISION:
             raise TrainError(f"compute_dtype={compute_dtype!r}; use float32, bfloat16 or "
                              f"float16")
-        self.loss_scale = float(loss_scale)
-        if not self.loss_scale > 0:
-            raise TrainError(f"loss_scale must be positive, got {loss_scale}")
+        # a static scale is baked into the graph; a dynamic one is fed
+        self.loss_scale, self.dynamic = loss_scaling(loss_scale)
+        self._scale_var = Node(None, LOSS_SCALE_VAR) if self.dynamic else None
         self.n_out = len(self.graph.outputs)
         self._cache: dict = {}
         self._reduce = devices.sum_over_devices
@@ -122,7 +218,11 @@ class TrainPrograms:
             if n > 1 and norm in ("batch", "valid"):
                 s /= n  # each device normalizes by its own batch: the sum needs 1/n
             return s
-        return scale_loss_heads(self.graph, scale_of)
+        loss_op = None
+        if self.dynamic is not None:
+            def loss_op(op):
+                return scaled_gradient_op(op, self._scale_var)
+        return scale_loss_heads(self.graph, scale_of, loss_op)
 
     def _gradient(self, wrt):
         key = ("grad", tuple(wrt))
@@ -171,12 +271,18 @@ class TrainPrograms:
             feeds[k] = self._cast(v) if k not in self.label_names else v
         return feeds
 
-    def _head_feeds(self, grad_graph: Graph, sig, given=None) -> dict:
+    def _head_feeds(self, grad_graph: Graph, sig, given=None, loss_scale=None) -> dict:
         """Head gradients of the non-loss outputs: ``given`` (per device) or
-        ones; a non-batch output's is divided by the device count."""
+        ones, times the loss scale (``loss_scale``, traced, when dynamic); a
+        non-batch output's is divided by the device count. With dynamic
+        scaling the scale variable is fed too."""
         names = self.symbol.list_outputs()
         info = self._outputs_info(sig)
         feeds = {}
+        if loss_scale is None:
+            loss_scale = self.loss_scale
+        else:  # dynamic: the loss heads' scaled gradients read it too
+            feeds[LOSS_SCALE_VAR] = loss_scale
         for v in grad_graph.variables:
             if not v.name.endswith(HEAD_GRAD_SUFFIX):
                 continue
@@ -185,23 +291,45 @@ class TrainPrograms:
                 continue
             i = names.index(out_name)
             shape, batched = info[i]
-            scale = self.loss_scale / (1 if batched else self.devices.n)
+            scale = loss_scale / (1 if batched else self.devices.n)
+            dtype = self.compute_dtype or "float32"
             if given is not None and given.get(i) is not None:
-                feeds[v.name] = self._cast(given[i]) * scale
+                feeds[v.name] = (given[i] * scale).astype(self._cast(given[i]).dtype)
             else:
-                dtype = self.compute_dtype or "float32"
-                feeds[v.name] = jnp.full(shape, scale, dtype)
+                feeds[v.name] = jnp.full(shape, scale, jnp.float32).astype(dtype)
         return feeds
 
     def _key(self, key, t):
         k = jax.random.fold_in(key, jnp.asarray(t).astype(jnp.uint32))
         return jax.random.fold_in(k, self.devices.device_index())
 
-    def _combine_grads(self, grads: dict) -> dict:
-        grads = {k: g.astype(jnp.float32) if self.compute_dtype else g for k, g in grads.items()}
-        if self.loss_scale != 1.0:
-            grads = {k: g / self.loss_scale for k, g in grads.items()}
-        return self._reduce(grads)
+    def _unscale(self, g, loss_scale=None):
+        """A gradient in float32 (or the weights' precision), divided by the
+        loss scale (``loss_scale``, traced, when dynamic)."""
+        g = g.astype(jnp.float32) if self.compute_dtype else g
+        if loss_scale is not None:
+            return g / loss_scale.astype(g.dtype)
+        return g / self.loss_scale if self.loss_scale != 1.0 else g
+
+    def _combine_grads(self, grads: dict, loss_scale=None) -> dict:
+        return self._reduce({k: self._unscale(g, loss_scale) for k, g in grads.items()})
+
+    def _skip_if_not_finite(self, grads, old, new, states):
+        """With dynamic scaling: ``new`` (a tree like ``old``, the step's
+        results) where every gradient is finite, ``old`` where not, and the
+        next loss-scale state. The gradients are summed over the devices
+        already, so every device decides the same."""
+        finite = jnp.array(True)
+        for g in grads.values():
+            finite = finite & jnp.all(jnp.isfinite(g))
+        kept = jax.tree.map(lambda a, b: jnp.where(finite, b, a), old, new)
+        return kept, self.dynamic.next_state(states[LOSS_SCALE_STATE], finite)
+
+    @staticmethod
+    def _split_scale_state(states: dict):
+        """``(optimizer states, loss-scale state or None)``."""
+        rest = {k: v for k, v in states.items() if k != LOSS_SCALE_STATE}
+        return rest, states.get(LOSS_SCALE_STATE)
 
     def _combine_aux(self, aux: dict, updates: dict) -> dict:
         upd = {k: v.astype(aux[k].dtype) for k, v in updates.items() if k in aux}
@@ -246,13 +374,21 @@ class TrainPrograms:
         mults = {m[0]: m[1:] for m in okey[3]}
 
         def local(params, states, aux, fixed, batch, lr, t, rkey):
+            opt_states, scale_state = self._split_scale_state(states)
+            scale = scale_state[0][0] if scale_state is not None else None
             feeds = self._feeds(params, fixed, aux, batch)
-            feeds.update(self._head_feeds(gg, sig))
+            feeds.update(self._head_feeds(gg, sig, loss_scale=scale))
             outs, aux_upd = fn(feeds, self._key(rkey, t))
-            grads = self._combine_grads(dict(zip(names, outs[n_out:])))
-            new_p, new_s = self.apply_optimizer(optimizer, params, grads, states, lr, t, mults)
-            return new_p, new_s, self._combine_aux(aux, aux_upd), \
-                self._finish_outputs(outs[:n_out], sig)
+            grads = self._combine_grads(dict(zip(names, outs[n_out:])), scale)
+            new_p, new_s = self.apply_optimizer(optimizer, params, grads, opt_states, lr, t,
+                                                mults)
+            new_aux = self._combine_aux(aux, aux_upd)
+            if scale_state is not None:  # a step with inf/nan gradients changes nothing
+                kept, scale_state = self._skip_if_not_finite(
+                    grads, (params, opt_states, aux), (new_p, new_s, new_aux), states)
+                new_p, new_s, new_aux = kept
+                new_s[LOSS_SCALE_STATE] = scale_state
+            return new_p, new_s, new_aux, self._finish_outputs(outs[:n_out], sig)
 
         spmd = self.devices.spmd(
             local, in_specs=(P(), P(), P(), P(), P(BATCH_AXIS), P(), P(), P()),
@@ -303,8 +439,9 @@ class TrainPrograms:
         return prog
 
     def backward(self, sig, wrt):
-        """``f(params, aux, fixed, batch, saved, heads, t, key) -> grads``:
-        parameter gradients summed over devices, input gradients split."""
+        """``f(params, aux, fixed, batch, saved, heads, t, key, scale) -> grads``:
+        parameter gradients summed over devices, input gradients split;
+        ``scale`` is the dynamic loss scale, shape (1,) (None without one)."""
         key = ("bwd", sig, tuple(wrt))
         if key in self._cache:
             return self._cache[key]
@@ -312,28 +449,31 @@ class TrainPrograms:
         fn = lower(bwd, is_train=True)
         inputs = set(self.data_names) | set(self.label_names)
 
-        def local(params, aux, fixed, batch, saved, heads, t, rkey):
+        def local(params, aux, fixed, batch, saved, heads, t, rkey, scale):
+            scale = scale[0] if scale is not None else None  # shape (1,) as stored
             feeds = self._feeds(params, fixed, aux, batch)
             feeds.update(zip(saved_keys, [s[0] for s in saved]))
-            feeds.update(self._head_feeds(gg, sig, {i: h for i, h in enumerate(heads)}))
+            feeds.update(self._head_feeds(gg, sig, {i: h for i, h in enumerate(heads)},
+                                          loss_scale=scale))
             outs, _ = fn(feeds, self._key(rkey, t))
             grads = dict(zip(wrt, outs))
-            pgrads = self._combine_grads({k: v for k, v in grads.items() if k not in inputs})
-            igrads = {k: v.astype(jnp.float32) / self.loss_scale if self.compute_dtype
-                      else v / self.loss_scale for k, v in grads.items() if k in inputs}
+            pgrads = self._combine_grads({k: v for k, v in grads.items() if k not in inputs},
+                                         scale)
+            igrads = {k: self._unscale(v, scale) for k, v in grads.items() if k in inputs}
             return pgrads, igrads
 
         head_specs = self.out_specs(sig)
         spmd = self.devices.spmd(
             local, in_specs=(P(), P(), P(), P(BATCH_AXIS), [P(BATCH_AXIS)] * len(saved_keys),
-                             head_specs, P(), P()),
+                             head_specs, P(), P(), P()),
             out_specs=(P(), P(BATCH_AXIS)))
         prog = jax.jit(spmd)
         self._cache[key] = prog
         return prog
 
     def update(self, optimizer):
-        """``f(params, grads, states, lr, t) -> (params, states)``, donated."""
+        """``f(params, grads, states, lr, t) -> (params, states)``, donated;
+        with dynamic loss scaling, skipped where a gradient is not finite."""
         okey = self.optimizer_key(optimizer, self.trainable)
         key = ("update", okey)
         if key in self._cache:
@@ -341,7 +481,15 @@ class TrainPrograms:
         mults = {m[0]: m[1:] for m in okey[3]}
 
         def update(params, grads, states, lr, t):
-            return self.apply_optimizer(optimizer, params, grads, states, lr, t, mults)
+            opt_states, scale_state = self._split_scale_state(states)
+            new_p, new_s = self.apply_optimizer(optimizer, params, grads, opt_states, lr, t,
+                                                mults)
+            if scale_state is not None:
+                kept, scale_state = self._skip_if_not_finite(
+                    grads, (params, opt_states), (new_p, new_s), states)
+                new_p, new_s = kept
+                new_s[LOSS_SCALE_STATE] = scale_state
+            return new_p, new_s
 
         prog = jax.jit(update, donate_argnums=(0, 2))
         self._cache[key] = prog

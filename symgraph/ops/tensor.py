@@ -389,8 +389,14 @@ _concat = register(OpDef(
     samples=[Sample({"num_args": 3}, [(2, 1, 3), (2, 4, 3), (2, 2, 3)]),
              Sample({"num_args": 2, "dim": 0}, [(1, 3), (2, 3)]),
              Sample({"num_args": 2, "dim": -1}, [(2, 3, 1), (2, 3, 2)]),
-             Sample({"num_args": 1}, [(2, 3)])],
+             Sample({"num_args": 1}, [(2, 3)]),
+             Sample({"num_args": 2}, [(2, 1, 3, 2), (2, 3, 3, 2)]),
+             Sample({"num_args": 2, "dim": 2}, [(1, 2, 3, 2), (1, 2, 1, 2)])],
     doc="Joins num_args inputs along dim; the other dimensions must match."))
+
+
+# NCHW axis a is NHWC axis (0, 3, 1, 2)[a]
+_concat.channels_last = lambda p, ctx, *xs: jnp.concatenate(xs, axis=(0, 3, 1, 2)[p.dim % 4])
 
 
 # y = concat(x_i); dx_i = the slice of dy at x_i's offset  (reads the x_i's shapes only)

@@ -66,24 +66,57 @@ def _softmax(x, axis):
     return e / e.sum(axis=axis, keepdims=True)
 
 
-ref("SoftmaxOutput")(lambda p, x, label: _softmax(x, 1 if p.multi_output else -1))
+def _softmax_output_matrix(p, shape):
+    """MXNet's (rows, classes) view of the data without multi_output."""
+    if p.preserve_shape:
+        return int(np.prod(shape[:-1])), shape[-1]
+    return shape[0], int(np.prod(shape[1:]))
+
+
+@ref("SoftmaxOutput")
+def _softmax_output(p, x, label):
+    if p.multi_output:
+        return _softmax(x, 1)
+    return _softmax(x.reshape(_softmax_output_matrix(p, x.shape)), -1).reshape(x.shape)
+
+
 ref("LinearRegressionOutput")(lambda p, x, label: x)
 
 LOSS_GRAD = {}
 
 
+def _smoothed(p, onehot, k):
+    a = p.smooth_alpha
+    return onehot * (1 - a) + (1 - onehot) * a / (k - 1) if a else onehot
+
+
 def _softmax_output_grad(p, y, x, label):
-    axis = 1 if p.multi_output else -1
-    k = y.shape[axis]
-    lab = label.astype(int)
-    onehot = np.moveaxis(np.eye(k)[lab], -1, axis)
-    valid = (label != p.ignore_label) if p.use_ignore else np.ones(label.shape, bool)
-    g = (y - onehot) * np.expand_dims(valid, axis)
+    if p.multi_output:
+        k = y.shape[1]
+        onehot = np.moveaxis(np.eye(k)[label.astype(int)], -1, 1)
+        valid = (label != p.ignore_label) if p.use_ignore else np.ones(label.shape, bool)
+        g = (y - _smoothed(p, onehot, k)) * np.expand_dims(valid, 1)
+        if p.normalization == "batch":
+            g = g / y.shape[0]
+        elif p.normalization == "valid":
+            g = g / max(valid.sum(), 1)
+        return g * p.grad_scale
+    # MXNet's SoftmaxGrad, row by row: row i takes the i-th label of the
+    # flattened label; 'batch' and 'valid' count the whole label
+    rows, k = _softmax_output_matrix(p, y.shape)
+    flat = label.reshape(-1)
+    out = y.reshape(rows, k)
+    g = np.zeros_like(out)
+    for i in range(rows):
+        c = int(flat[i])
+        if p.use_ignore and c == int(p.ignore_label):
+            continue
+        g[i] = out[i] - _smoothed(p, np.eye(k)[c], k)
     if p.normalization == "batch":
-        g = g / y.shape[0]
+        g = g / flat.size
     elif p.normalization == "valid":
-        g = g / max(valid.sum(), 1)
-    return g * p.grad_scale
+        g = g / max(int(np.sum(flat.astype(int) != int(p.ignore_label))), 1)
+    return (g * p.grad_scale).reshape(y.shape)
 
 
 LOSS_GRAD["SoftmaxOutput"] = _softmax_output_grad

@@ -28,6 +28,14 @@ def test_every_op_has_samples_and_a_reference():
     assert not no_ref, f"ops without a reference: {no_ref}"
 
 
+def test_every_op_has_a_gradient_rule():
+    # an op with no gradient would be skipped by the vjp check below and fail
+    # only when a user's backward reaches it; ops that stop the gradient say
+    # so with a rule that returns None (BlockGrad, zeros_like)
+    missing = [op.name for op in FORWARD_OPS if op.gradient is None]
+    assert not missing, f"ops without a gradient rule: {missing}"
+
+
 def _single_op_graph(op, sample):
     n = Node(op, "op", sample.attrs, [])
     names = op.arg_names(n.params) + op.aux_names(n.params)
@@ -70,14 +78,17 @@ def test_forward_matches_reference_and_shapes(op, i, sample):
 
 
 def _grad_cases():
-    return [(op, i, s) for op, i, s in CASES if s.grad and op.gradient is not None]
+    # every sample not marked grad=False; an op without a rule fails here too
+    return [(op, i, s) for op, i, s in CASES if s.grad]
 
 
 @pytest.mark.parametrize("op,i,sample", _grad_cases(),
                          ids=[f"{op.name}-{i}" for op, i, _ in _grad_cases()])
 def test_gradient_matches_vjp(op, i, sample):
     g, node, variables, known = _single_op_graph(op, sample)
-    inf = infer_shapes(g, known)
+    # the inputs are float64; the head gradients take each output's dtype
+    # (Cast to float32 needs a float32 head)
+    inf = infer_shapes(g, known, dtypes={v.name: "float64" for v in variables})
     rng = np.random.default_rng(100 + i)
     vals = _inputs(sample, g, inf, variables, rng)
     n_args = node.num_args
@@ -86,7 +97,7 @@ def test_gradient_matches_vjp(op, i, sample):
     heads = {}
     for e in g.outputs:
         name = e.node.output_names()[e.index] + "_head_grad"
-        heads[name] = rng.normal(size=inf.shapes[g.entry_id(e)])
+        heads[name] = rng.normal(size=inf.shapes[g.entry_id(e)]).astype(inf.dtype(e))
     feeds = {**vals, **{k: v for k, v in heads.items()
                         if k in {n.name for n in gg.variables}}}
     outs, _ = jax.jit(lower(gg, is_train=True))(feeds, jax.random.key(1))

@@ -24,36 +24,84 @@ def _softmax_output_shape(p, s):
     return [data, label if label is not None else want], [data]
 
 
-def _softmax_output_lower(p, ctx, x, label):
-    axis = 1 if p.multi_output else -1
-    return jax.nn.softmax(x, axis=axis)
+def _matrix(p, shape) -> tuple:
+    """The (rows, classes) matrix MXNet's kernel sees without multi_output:
+    data flattened to (n, everything else), or with preserve_shape to
+    (everything else, last axis). For 2-D data both are the data itself."""
+    if p.preserve_shape:
+        return (numel(shape[:-1]), shape[-1])
+    return (shape[0], numel(shape[1:]))
 
+
+def _softmax_output_lower(p, ctx, x, label):
+    if p.multi_output:  # one softmax over axis 1 per sample and position
+        return jax.nn.softmax(x, axis=1)
+    # MXNet's softmax runs over all non-batch elements of (n, c, h ...) data
+    return jax.nn.softmax(x.reshape(_matrix(p, x.shape)), axis=-1).reshape(x.shape)
+
+
+def _out_grad_attr(v):
+    if bool_attr(v):
+        raise ValueError("out_grad=True (scale the gradient by a head gradient) is not "
+                         "supported: symgraph's loss heads start the backward by themselves "
+                         "and take no head gradient; use grad_scale, or a non-loss head such "
+                         "as softmax with your own loss")
+    return False
+
+
+_out_grad_attr.choices = ("False",)  # what the op reference lists
 
 SOFTMAX_OUTPUT_ATTRS = {
     "grad_scale": Attr(float_attr, 1.0), "ignore_label": Attr(float_attr, -1.0),
-    "multi_output": Attr(bool_attr, False), "use_ignore": Attr(bool_attr, False),
-    "preserve_shape": Attr(bool_attr, False),
+    "multi_output": Attr(bool_attr, False, "softmax over axis 1; labels (n, d1, ...)"),
+    "use_ignore": Attr(bool_attr, False),
+    "preserve_shape": Attr(bool_attr, False, "softmax over the last axis instead of over "
+                           "all non-batch elements"),
     "normalization": Attr(choice_attr("null", "batch", "valid"), "null"),
-    "out_grad": Attr(bool_attr, False), "smooth_alpha": Attr(float_attr, 0.0),
+    "out_grad": Attr(_out_grad_attr, False, "only False: loss heads take no head gradient"),
+    "smooth_alpha": Attr(float_attr, 0.0, "label smoothing: the target class gets "
+                         "1 - alpha, the others alpha / (classes - 1)"),
 }
+
+
+def _target(p, lab, k, dtype, axis):
+    """One-hot labels, smoothed by smooth_alpha as MXNet's SmoothSoftmaxGrad."""
+    target = jax.nn.one_hot(lab.astype(jnp.int32), k, dtype=dtype, axis=axis)
+    if p.smooth_alpha:
+        target = target * (1 - p.smooth_alpha) + (1 - target) * p.smooth_alpha / (k - 1)
+    return target
 
 
 # y = softmax(x); dx = (y - onehot(label)) * grad_scale / norm; no label gradient
 def _softmax_output_backward(p, ctx, y, label):
-    axis = 1 if p.multi_output else -1
-    k = y.shape[axis]
     if label.shape == y.shape:  # dense (probability) labels
         target = label.astype(y.dtype)
+        axis = 1 if p.multi_output else -1
         valid = jnp.ones(y.shape[:axis] + y.shape[axis + 1:] if axis != -1 else y.shape[:-1],
                          y.dtype)
-    else:
-        lab = label.astype(jnp.int32)
-        target = jax.nn.one_hot(lab, k, dtype=y.dtype, axis=axis)
-        if p.smooth_alpha:
-            target = target * (1 - p.smooth_alpha) + (1 - target) * p.smooth_alpha / (k - 1)
+        grad = (y - target) * jnp.expand_dims(valid, axis)
+    elif p.multi_output:
+        target = _target(p, label, y.shape[1], y.dtype, 1)
         valid = (label != p.ignore_label).astype(y.dtype) if p.use_ignore else \
             jnp.ones(label.shape, y.dtype)
-    grad = (y - target) * jnp.expand_dims(valid, axis)
+        grad = (y - target) * jnp.expand_dims(valid, 1)
+    else:
+        # MXNet's kernel: rows of the (rows, classes) matrix take the labels
+        # in order from the flattened label; the normalizations count the
+        # whole label (for 2-D data the two are the same)
+        rows, k = _matrix(p, y.shape)
+        flat = label.reshape(-1)
+        lab = flat[:rows]
+        keep = (lab.astype(jnp.int32) != int(p.ignore_label)).astype(y.dtype) \
+            if p.use_ignore else jnp.ones((rows,), y.dtype)
+        grad = (y.reshape(rows, k) - _target(p, lab, k, y.dtype, -1)) * keep[:, None]
+        grad = grad.reshape(y.shape)
+        if p.normalization == "batch":
+            return grad * (p.grad_scale / flat.size)
+        if p.normalization == "valid":
+            n_valid = (flat.astype(jnp.int32) != int(p.ignore_label)).sum()
+            return grad * (p.grad_scale / jnp.maximum(n_valid, 1).astype(y.dtype))
+        return grad * p.grad_scale
     if p.normalization == "batch":
         grad = grad / y.shape[0]
     elif p.normalization == "valid":
@@ -65,11 +113,23 @@ _softmax_output = register(OpDef(
     name="SoftmaxOutput", attrs=SOFTMAX_OUTPUT_ATTRS, arguments=("data", "label"),
     lower=_softmax_output_lower, infer_shape=_softmax_output_shape, is_loss=True,
     aliases=("Softmax",),
+    doc="Softmax with a cross-entropy gradient from label, as MXNet's: over all non-batch "
+        "elements (data flattened to (n, rest)), over axis 1 with multi_output, over the "
+        "last axis with preserve_shape. Labels are class indices (or probabilities of "
+        "data's shape); smooth_alpha smooths them. A loss head: it takes no head "
+        "gradient, so out_grad=True is refused.",
     samples=[Sample({}, [(4, 5), (4,)], ints={1: 5}),
              Sample({"grad_scale": 0.5, "normalization": "batch"}, [(4, 5), (4,)], ints={1: 5}),
              Sample({"multi_output": True}, [(2, 3, 4), (2, 4)], ints={1: 3}),
              Sample({"use_ignore": True, "ignore_label": 1, "normalization": "valid"},
-                    [(6, 3), (6,)], ints={1: 3})]))
+                    [(6, 3), (6,)], ints={1: 3}),
+             Sample({"smooth_alpha": 0.2}, [(4, 5), (4,)], ints={1: 5}),
+             Sample({"smooth_alpha": 0.1, "use_ignore": True, "ignore_label": 0,
+                     "normalization": "valid"}, [(6, 4), (6,)], ints={1: 4}),
+             # >2-D data: one softmax over all 12 non-batch elements (MXNet's
+             # flattening); labels (2, 3), of which the first 2 are classes
+             Sample({"normalization": "batch"}, [(2, 3, 4), (2, 3)], ints={1: 12}),
+             Sample({"preserve_shape": True}, [(2, 3, 4), (2, 3)], ints={1: 4})]))
 
 
 def _softmax_output_gradient(g, node, og):

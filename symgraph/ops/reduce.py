@@ -134,7 +134,7 @@ def _sum_to_like_infer(p, s):
     return s, [like]
 
 
-register(OpDef(
+_sum_to_like = register(OpDef(
     name="_sum_to_like", arguments=("data", "like"),
     lower=lambda p, ctx, x, like: sum_to_shape(x, like.shape), infer_shape=_sum_to_like_infer,
     shape_inputs=(1,), category="reduction", flops=_input_flops,
@@ -142,6 +142,18 @@ register(OpDef(
              Sample({}, [(2, 3), (1,)])],
     doc="data summed over the axes along which like broadcasts to it; reads like's "
         "shape only. The gradient of the broadcast ops."))
+
+
+# y = sum_to(x, like.shape) is linear: dx = broadcast(dy, x.shape) (reads x's
+# shape only); like's values never reach y, so it gets no gradient
+register(OpDef(
+    name="_backward__sum_to_like", arguments=("ograd", "data"), outputs=("grad_data",),
+    lower=lambda p, ctx, dy, x: jnp.broadcast_to(dy, x.shape),
+    infer_shape=lambda p, s: (s, [s[1]]), shape_inputs=(1,), category="injective",
+    flops=lambda p, ins, outs: 0,
+    doc="Gradient of _sum_to_like: the head gradient broadcast back to data's shape."))
+_sum_to_like.gradient = lambda g, node, og: [
+    g.op("_backward__sum_to_like", [og[0], node.inputs[0]])[0] if g.need[0] else None, None]
 
 
 # --------------------------------------------------------------------------

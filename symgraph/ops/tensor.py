@@ -540,9 +540,11 @@ _cast = register(OpDef(
     infer_type=lambda p, t, n: (t, [p.dtype]), category="elementwise",
     flops=elementwise_flops, aliases=("cast",),
     samples=[Sample({"dtype": "float64"}, [(3, 4)]),
-             # float64 -> float32 is right forward; its vjp needs a float32 head
-             # gradient, which tests/test_tensor_ops.py feeds
-             Sample({"dtype": "float32"}, [(3, 4)], grad=False),
+             # float64 -> float32: the head gradient is float32, the input's
+             # gradient float64 again (the registry test feeds heads of the
+             # outputs' dtypes)
+             Sample({"dtype": "float32"}, [(3, 4)]), Sample({"dtype": "float32"}, [(2, 3, 2)]),
+             # an integer output has no gradient
              Sample({"dtype": "int32"}, [(3, 4)], low=-5, high=5, grad=False)],
     doc="Casts to dtype."))
 

@@ -17,6 +17,13 @@ class OpError(SymgraphError):
     """An unknown op, or an attribute an op does not accept."""
 
 
+class UnknownOpError(OpError, AttributeError):
+    """An unknown op asked for as an attribute (``sg.sym.Convolutoin``,
+    ``sg.nd.relu_``, ``x.no_such_op()``). It is an OpError like every unknown
+    op, and an AttributeError so that ``hasattr`` and ``getattr(m, name,
+    default)`` keep working on ``sg.sym``, ``sg.nd`` and NDArrays."""
+
+
 class ShapeError(SymgraphError):
     """Shapes or dtypes that do not fit an op, or that cannot be inferred."""
 

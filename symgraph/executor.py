@@ -18,7 +18,7 @@ from .context import Context, current_context
 from .errors import BindError
 from .graph import Entry, Graph
 from .lower import entry_key, lower
-from .ndarray import NDArray
+from .ndarray import NDArray, dtype_name, require_storable
 from .passes.gradient import build_gradient_with_heads
 from .passes.infer import infer_shapes
 
@@ -89,9 +89,16 @@ class Executor:
     def simple_bind(cls, symbol, ctx=None, grad_req="write", type_dict=None, shapes=None):
         """Allocates zero arrays of the inferred shapes and binds them."""
         g = symbol.graph()
+        type_dict = {k: dtype_name(v) for k, v in (type_dict or {}).items()}
         inf = infer_shapes(g, shapes or {}, dtypes=type_dict)
         ctx = ctx or current_context()
         dev = ctx.jax_device
+        # a float64 the user asked for must not quietly become float32
+        for n in g.variables:
+            require_storable(inf.dtypes[g.entry_id_of_node(n)], f"simple_bind: '{n.name}'",
+                             BindError)
+        for name, e in zip(symbol.list_outputs(), g.outputs):
+            require_storable(inf.dtype(e), f"simple_bind: output '{name}'", BindError)
 
         def zeros(n):
             eid = g.entry_id_of_node(n)

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .context import Context, current_context
-from .errors import ContextError, OpError, SerializationError, ShapeError
+from .errors import ContextError, OpError, SerializationError, ShapeError, UnknownOpError
 
 _ARRAY_TYPES = (np.ndarray, jax.Array)
 
@@ -49,6 +49,26 @@ def _dtype(dtype, default="float32"):
         return jnp.dtype(dtype)
     except TypeError:
         raise ShapeError(f"unknown dtype {dtype!r}; use e.g. float32, float16, int32") from None
+
+
+def dtype_name(dtype) -> str:
+    """The name of a dtype given as a name, type or dtype (``'float32'``,
+    ``np.float64``, ``'bfloat16'``); ShapeError for a misspelled one. The
+    Symbol API's dtype hints and type dicts read dtypes through it too."""
+    return _dtype(dtype).name
+
+
+def require_storable(dtype, what: str, error=ShapeError):
+    """``dtype`` if JAX can make arrays of it. With ``jax_enable_x64`` off,
+    JAX silently turns float64/int64 into float32/int32; a caller who asked
+    for 64 bits gets ``error`` instead of a quietly different array."""
+    dt = _dtype(dtype)
+    canonical = jax.dtypes.canonicalize_dtype(dt)
+    if canonical != dt:
+        raise error(f"{what}: {dt.name} needs 64-bit JAX, which is off; call "
+                    f"jax.config.update('jax_enable_x64', True) at startup (without it "
+                    f"JAX would silently make {canonical.name})")
+    return dt
 
 
 def _shape(shape) -> tuple:
@@ -173,7 +193,7 @@ class NDArray:
         return NDArray(jax.device_put(self._data, dev))
 
     def astype(self, dtype, copy: bool = True) -> "NDArray":
-        dt = _dtype(dtype)
+        dt = require_storable(dtype, "astype")
         if not copy and dt == self._data.dtype:
             return self
         return NDArray(self._data.astype(dt))
@@ -346,8 +366,8 @@ class NDArray:
         from .ops import get_op
         try:
             get_op(name)
-        except OpError:
-            raise AttributeError(f"'NDArray' object has no attribute '{name}'") from None
+        except OpError as err:
+            raise UnknownOpError(f"'NDArray' object has no attribute '{name}': {err}") from None
         return lambda *args, **kwargs: _invoke(name, (self,) + args, kwargs)
 
 
@@ -358,14 +378,16 @@ def array(source, ctx: Context | None = None, dtype=None) -> NDArray:
     """An NDArray from a nested list, NumPy array, jax.Array or NDArray.
 
     The dtype is ``dtype``, else the source's for an NDArray or jax.Array,
-    else float32 (MXNet's default, also for NumPy sources)."""
+    else float32 (MXNet's default, also for NumPy sources: float64 NumPy data
+    becomes float32 unless ``dtype='float64'`` is asked for, which needs
+    ``jax_enable_x64``)."""
     if isinstance(source, NDArray):
         source = source.data
     if isinstance(source, jax.Array):
-        dt = _dtype(dtype, source.dtype)
+        dt = require_storable(_dtype(dtype, source.dtype), "nd.array")
         host = source.astype(dt)
     else:
-        dt = _dtype(dtype)
+        dt = require_storable(dtype, "nd.array")
         try:
             host = np.asarray(source, dtype=dt if dt != jnp.bfloat16 else np.float32)
         except (ValueError, TypeError) as err:
@@ -377,7 +399,8 @@ def array(source, ctx: Context | None = None, dtype=None) -> NDArray:
 
 def full(shape, val, ctx: Context | None = None, dtype=None) -> NDArray:
     """An array of ``shape`` filled with ``val`` (float32 unless ``dtype``)."""
-    return NDArray(jax.device_put(jnp.full(_shape(shape), val, _dtype(dtype)), _device(ctx)))
+    dt = require_storable(dtype, "nd.zeros/ones/full")
+    return NDArray(jax.device_put(jnp.full(_shape(shape), val, dt), _device(ctx)))
 
 
 def zeros(shape, ctx: Context | None = None, dtype=None, **kwargs) -> NDArray:
@@ -403,7 +426,8 @@ def arange(start, stop=None, step=1.0, repeat: int = 1, ctx: Context | None = No
         raise ShapeError(f"arange: repeat must be at least 1, got {repeat}")
     values = np.arange(start, stop, step) if stop is not None else np.arange(start)
     values = np.repeat(values, int(repeat))
-    return NDArray(jax.device_put(jnp.asarray(values, _dtype(dtype)), _device(ctx)))
+    dt = require_storable(dtype, "nd.arange")
+    return NDArray(jax.device_put(jnp.asarray(values, dt), _device(ctx)))
 
 
 def waitall() -> None:
@@ -612,7 +636,7 @@ def __getattr__(name: str):
     try:
         get_op(name)
     except OpError as err:
-        raise AttributeError(str(err)) from None
+        raise UnknownOpError(f"sg.nd has no attribute '{name}': {err}") from None
     return _op_function(name)
 
 

@@ -17,8 +17,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import GraphError, OpError, ShapeError
+from .errors import GraphError, OpError, ShapeError, UnknownOpError
 from .graph import Entry, Graph, Node
+from .ndarray import dtype_name
 from .ops import get_op, list_ops
 from .ops.registry import format_attr
 from .passes.infer import infer_shapes
@@ -182,7 +183,7 @@ class Symbol:
     def infer_type(self, *args, **kwargs):
         """(argument dtypes, output dtypes, aux dtypes) as numpy dtype names."""
         known = self._shape_dict(args, kwargs)
-        a, o, x = self._infer({k: np.dtype(v).name for k, v in known.items()}, True, "type")
+        a, o, x = self._infer({k: dtype_name(v) for k, v in known.items()}, True, "type")
         return a, o, x
 
     # -- serialization -------------------------------------------------------------
@@ -272,7 +273,7 @@ def Variable(name: str, attr: dict | None = None, shape=None, lr_mult=None, wd_m
     if shape is not None:
         attrs["__shape__"] = format_attr(tuple(shape))
     if dtype is not None:
-        attrs["__dtype__"] = np.dtype(dtype).name
+        attrs["__dtype__"] = dtype_name(dtype)
     if lr_mult is not None:
         attrs["__lr_mult__"] = str(lr_mult)
     if wd_mult is not None:
@@ -365,7 +366,7 @@ def __getattr__(name: str):
     try:
         get_op(name)
     except OpError as err:
-        raise AttributeError(str(err)) from None
+        raise UnknownOpError(f"sg.sym has no attribute '{name}': {err}") from None
     return _make_op_function(name)
 
 

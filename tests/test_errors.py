@@ -162,14 +162,24 @@ def test_wrong_attribute_in_python():
           "node 'fc'", "4 positional inputs", "data, weight, bias")
     fails(lambda: S.FullyConnected(data, num_hidden=4, wieght=data, name="fc"), OpError,
           "no input named 'wieght'")
+    # MXNet's out_grad=True needs a head gradient our loss heads never take:
+    # refused rather than ignored (False, as MXNet's files write it, loads)
+    fails(lambda: S.SoftmaxOutput(data, out_grad=True, name="sm"), OpError,
+          "node 'sm' (SoftmaxOutput)", "out_grad=True", "not supported")
+    assert S.SoftmaxOutput(data, out_grad="False", name="sm").list_attr()["out_grad"] == "False"
 
 
 def test_unknown_op_in_python_suggests_names():
-    with pytest.raises(AttributeError) as info:
-        S.FullyConected
-    assert "nearest known ops" in str(info.value) and "FullyConnected" in str(info.value)
-    with pytest.raises(AttributeError):
-        sg.nd.Convolutoin
+    # an OpError like every unknown op, and an AttributeError for hasattr()
+    for unknown in (lambda: S.FullyConected, lambda: sg.nd.FullyConected,
+                    lambda: sg.nd.ones(2).FullyConected):
+        fails(unknown, OpError, "nearest known ops", "FullyConnected")
+        with pytest.raises(AttributeError):
+            unknown()
+    fails(lambda: sg.nd.Convolutoin, OpError, "'Convolutoin'", "Convolution")
+    assert not hasattr(S, "Convolutoin") and not hasattr(sg.nd, "Convolutoin")
+    assert getattr(sg.nd.ones(2), "no_such_op", None) is None
+    assert hasattr(S, "Convolution") and hasattr(sg.nd, "Convolution")
 
 
 def test_duplicate_names_in_python():
@@ -178,6 +188,53 @@ def test_duplicate_names_in_python():
     b = S.FullyConnected(data, num_hidden=3, name="fc")
     fails(lambda: (a + b).infer_shape(data=(1, 4)), GraphError, "duplicate name 'fc",
           "another name")
+
+
+def test_inputs_of_different_dtypes_name_the_node_and_both():
+    a, b = S.Variable("a"), S.Variable("b")
+    fails(lambda: (a + b).infer_type(a="float32", b="int32"), ShapeError,
+          "node 'elemwise_add", "(elemwise_add)", "one dtype", "float32", "int32")
+    fc = S.FullyConnected(a, num_hidden=2, name="fc")
+    fails(lambda: fc.infer_type(a="float16", fc_weight="float32"), ShapeError,
+          "node 'fc' (FullyConnected)", "float16", "float32")
+    fails(lambda: S.Concat(a, b, dim=0, name="cat").simple_bind(
+        sg.cpu(), type_dict={"a": "float32", "b": "float16"}, a=(2,), b=(2,)),
+        ShapeError, "node 'cat' (Concat)", "float32, float16")
+    # inputs that may differ: labels, integer indices, shape-only inputs, casts
+    assert S.SoftmaxOutput(a, b).infer_type(a="float32", b="int32")[1] == ["float32"]
+    assert S.Embedding(a, input_dim=4, output_dim=2).infer_type(a="int32")[1] == ["float32"]
+    assert S.reshape_like(a, b).infer_type(a="float16", b="int32")[1] == ["float16"]
+    assert S.Cast(a, dtype="int32").infer_type(a="float32")[1] == ["int32"]
+    assert (S.Cast(a, dtype="float32") + b).infer_type(a="int32", b="float32")[1] == ["float32"]
+
+
+def test_misspelled_dtypes_in_the_symbol_api():
+    a = S.Variable("a")
+    fails(lambda: S.Variable("x", dtype="flot32"), ShapeError, "unknown dtype 'flot32'",
+          "float32")
+    fails(lambda: a.infer_type(a="floatt32"), ShapeError, "unknown dtype 'floatt32'")
+    fails(lambda: a.simple_bind(sg.cpu(), type_dict={"a": "flaot32"}, a=(2,)), ShapeError,
+          "unknown dtype 'flaot32'")
+
+
+def test_64_bit_dtypes_without_x64_are_refused_not_truncated():
+    import jax
+    a = S.Variable("a")
+    with jax.enable_x64(False):
+        for fn, kind in [
+                (lambda: a.simple_bind(sg.cpu(), type_dict={"a": "float64"}, a=(2,)), BindError),
+                (lambda: S.Variable("a", dtype="int64").simple_bind(sg.cpu(), a=(2,)),
+                 BindError),
+                (lambda: S.Cast(a, dtype="float64").simple_bind(sg.cpu(), a=(2,)), BindError),
+                (lambda: sg.nd.array([1.0], dtype="float64"), ShapeError),
+                (lambda: sg.nd.zeros((2,), dtype="int64"), ShapeError),
+                (lambda: sg.nd.ones(2).astype("float64"), ShapeError)]:
+            fails(fn, kind, "needs 64-bit JAX", "jax.config.update('jax_enable_x64', True)")
+        # what was not asked for stays MXNet's float32 default, as before
+        assert sg.nd.array([[1.0, 2.0]]).dtype == "float32"
+        assert a.simple_bind(sg.cpu(), a=(2,)).arg_dict["a"].dtype == "float32"
+    ex = a.simple_bind(sg.cpu(), type_dict={"a": "float64"}, a=(2,))  # x64 on: fine
+    assert ex.arg_dict["a"].dtype == "float64"
 
 
 def _net():

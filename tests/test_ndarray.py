@@ -251,5 +251,7 @@ def test_ops_as_methods_and_out():
     out = nd.zeros((2, 2))
     assert nd.relu(a - 2, out=out) is out
     assert out.asnumpy().tolist() == [[0, 0], [1, 2]]
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError):  # an OpError too, naming the nearest ops
         a.no_such_method
+    with pytest.raises(sg.OpError, match="nearest known ops: relu"):
+        a.reLU

@@ -184,7 +184,8 @@ class OpDef:
     infer_shape(p, in_shapes) -> (in_shapes, out_shapes): entries may be
         None where unknown; parameter shapes are filled in from the data.
     infer_type(p, in_types, num_outputs) -> (in_types, out_types); default:
-        everything shares the first known dtype.
+        the inputs must share one dtype, and the outputs have it; shape-only
+        inputs and the labels of loss ops may differ (see ``default_type``).
     gradient(node, ograds) -> one Entry or None per argument input; ograds
         holds one Entry per output (None where no gradient flows). Rules
         build nodes of other registered ops, often a ``_backward_<op>``.
@@ -232,7 +233,7 @@ class OpDef:
         elif not callable(self.visible_outputs):
             self.visible_outputs = _const(self.visible_outputs)
         if self.infer_type is None:
-            self.infer_type = same_type
+            self.infer_type = self.default_type
         assert self.category in ("elementwise", "injective", "reduction", "opaque"), self.category
 
     # names and counts
@@ -283,6 +284,22 @@ class OpDef:
                                   f"attribute '{k}'")
                 parsed[k] = spec.default
         return raw, parsed
+
+    def default_type(self, p, in_types, num_outputs):
+        """The dtype rule of an op without its own: ``same_type`` over the
+        inputs whose values it computes with. Exempt are the inputs read for
+        their shape only (``zeros_like``'s, ``_sum_to_like``'s ``like``), the
+        labels of loss ops (MXNet feeds integer or float labels alike), and
+        every input of an internal ``_backward_`` op: its inputs are forward
+        tensors already checked at the forward op, and may mix gradients with
+        integer indices or labels."""
+        if self.name.startswith("_backward_"):
+            free = range(len(in_types))
+        else:
+            free = set(self.shape_inputs(p))
+            if self.is_loss:
+                free |= set(range(1, len(self.arg_names(p))))
+        return same_type(p, in_types, num_outputs, free)
 
     def __repr__(self):
         return f"OpDef({self.name})"
@@ -336,9 +353,17 @@ def all_opdefs() -> list[OpDef]:
 # --------------------------------------------------------------------------
 # helpers shared by the op families
 # --------------------------------------------------------------------------
-def same_type(p, in_types, num_outputs):
-    """All inputs and outputs share the first known dtype (the default rule)."""
-    known = next((t for t in in_types if t is not None), None)
+def same_type(p, in_types, num_outputs, free=()):
+    """All inputs and outputs share one dtype: the known dtypes of the inputs
+    not in ``free`` must agree (ShapeError naming them if not, as MXNet
+    refuses float32 + int32); unknown inputs and the outputs get it. Inputs
+    in ``free`` keep their own dtype and only lend theirs when no other is
+    known."""
+    free = set(free)
+    checked = [t for i, t in enumerate(in_types) if t is not None and i not in free]
+    known = checked[0] if checked else next((t for t in in_types if t is not None), None)
+    if any(t != known for t in checked):
+        raise ShapeError(f"inputs must have one dtype, got {', '.join(map(str, checked))}")
     return [known if t is None else t for t in in_types], [known] * num_outputs
 
 

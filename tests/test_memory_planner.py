@@ -326,3 +326,14 @@ def test_ancestor_sets_match_a_brute_force_search(rnd, n, train):
         for s in range(lv.first[t] + 1, lv.num_steps):
             touched = lv.readers[t] or [lv.first[t]]
             assert lv.all_readers_before(t, s) == all(r in anc[s] for r in touched)
+
+
+def test_training_plan_of_an_output_listed_twice():
+    """Each listing of an output gets its own head gradient, with the
+    output's shape (the gradient pass names the second ``..._head_grad1``)."""
+    x = sg.sym.Variable("data")
+    y = sg.sym.FullyConnected(x, num_hidden=4, name="fc")
+    p = sg.plan(sg.sym.Group([y, y]), {"data": (2, 3)}, train=True, execute=True)
+    heads = [n for n in p.graph.variables if "head_grad" in n.name]
+    assert len(heads) == 2
+    assert all(p.inferred.shapes[p.graph.entry_id_of_node(n)] == (2, 4) for n in heads)

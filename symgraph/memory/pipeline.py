@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..errors import PlanError
 from ..graph import Graph
 from ..passes.fuse import Fusion, fuse as fuse_pass, no_fusion
-from ..passes.gradient import build_gradient
+from ..passes.gradient import build_gradient_with_heads
 from ..passes.infer import Inferred, infer_shapes
 from ..passes.prune import prune
 from ..passes.schedule import schedule as schedule_pass
@@ -196,23 +196,18 @@ def build_graph(net, shapes: dict, train: bool, dtypes=None, outputs=None, wrt=N
     if not wrt:
         raise PlanError("training plan: the network has no parameters to take gradients "
                         "of (every argument is data or a label)")
-    gg = prune(build_gradient(g, wrt))
-    fwd_vars = {n.name for n in g.variables}
-    heads = [n for n in gg.variables if n.name not in fwd_vars]
+    full, heads = build_gradient_with_heads(g, wrt)
+    gg = prune(full)
     known = dict(shapes)
     types = dict(dtypes or {})
+    live = {n.name for n in gg.variables}
+    heads = [(name, i) for name, i in heads if name in live]
     if heads:
-        # head gradients have the shapes of the outputs they belong to
+        # head gradients have the shapes and dtypes of the outputs they belong to
         fwd_inf = infer_shapes(g, shapes, dtypes)
-        by_name = {nm: e for nm, e in zip(g.list_outputs(), g.outputs)}
-        from ..passes.gradient import HEAD_GRAD_SUFFIX
-        for h in heads:
-            e = by_name.get(h.name[: -len(HEAD_GRAD_SUFFIX)])
-            if e is None:
-                raise PlanError(f"training plan: cannot tell which output the head "
-                                f"gradient '{h.name}' belongs to")
-            known[h.name] = fwd_inf.shape(e)
-            types.setdefault(h.name, fwd_inf.dtype(e))
+        for name, i in heads:
+            known[name] = fwd_inf.shape(g.outputs[i])
+            types.setdefault(name, fwd_inf.dtype(g.outputs[i]))
     inf = infer_shapes(gg, known, types or None)
     grads = [gg.entry_id(e) for e in gg.outputs[n_fwd:]]
     return gg, inf, n_fwd, grads

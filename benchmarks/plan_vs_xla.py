@@ -28,7 +28,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 NETS = ("vgg16", "inception-bn", "resnet-50", "googlenet")
-# anchor+scheduler was tried too and never won (docs/plan_vs_xla.md)
+# anchor+scheduler was tried too and never won (docs/memory.md, "Plan vs XLA")
 TRAIN_MEASURES = ((), ("scheduler",), ("donate",), ("anchor",), ("anchor_weights",),
                   ("anchor_weights", "scheduler"))
 INFER_MEASURES = ((), ("scheduler",))
@@ -199,7 +199,8 @@ def markdown(result: dict) -> str:
                    f"| {r['ratios']['best_over_arena']:.2f} "
                    f"| {r['ratios']['best_over_plain']:.2f} |")
     out += ["", "## Each measure alone (XLA temp, MiB)", ""]
-    labels = result["config"]["train_measures"]
+    labels = list(dict.fromkeys(result["config"]["train_measures"] +
+                                result["config"]["infer_measures"]))
     out += ["| net | mode | " + " | ".join(labels) + " |",
             "|---|---|" + "--:|" * len(labels)]
     for r in rows:

@@ -31,7 +31,7 @@ The symgraph node a value comes from is read from the HLO metadata: the
 lowering runs every node inside ``jax.named_scope(node.name)``.
 
 Measures (``MEASURES``), each an option of ``training_step`` (only
-``scheduler`` and ``channels_last`` apply to inference):
+``scheduler`` applies to inference):
 
 - ``scheduler``: XLA's memory-optimized CPU scheduler
   (``compiler_options={'xla_cpu_scheduler_type':
@@ -44,16 +44,12 @@ Measures (``MEASURES``), each an option of ``training_step`` (only
   saved activation (a layout copy) in the forward pass and keep the result
   alive until the backward; ``anchor_weights``: the same for the backward
   of Convolution, Deconvolution and FullyConnected only.
-- ``channels_last``: ``lower(..., layout='NHWC')``: 4-D activations stay
-  NHWC between convolutions, pooling, BatchNorm, Concat and elementwise
-  ops inside the program, so XLA's CPU convolutions need no transposed
-  copy of them (inputs and outputs stay NCHW).
 
 ``best_step`` compiles a list of measure sets and keeps the one with the
 least temp: XLA's scheduling is heuristic, and which measure wins differs
 from net to net.
 
-docs/plan_vs_xla.md has the measured effect of each.
+docs/memory.md ("Plan vs XLA") has the measured effect of each.
 """
 from __future__ import annotations
 
@@ -71,7 +67,7 @@ from .graph import Graph
 from .lower import lower
 
 MIB = 2 ** 20
-MEASURES = ("scheduler", "donate", "anchor", "anchor_weights", "channels_last")
+MEASURES = ("scheduler", "donate", "anchor", "anchor_weights")
 SCHEDULER_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
 UPDATE_SCOPE = "sgd_update"
 
@@ -144,10 +140,6 @@ def _anchor(ms: set):
     return "backward" if "anchor" in ms else "weights" if "anchor_weights" in ms else None
 
 
-def _layout(ms: set) -> str:
-    return "NHWC" if "channels_last" in ms else "NCHW"
-
-
 def _options(ms: set) -> dict:
     return dict(SCHEDULER_OPTIONS) if "scheduler" in ms and jax.default_backend() == "cpu" \
         else {}
@@ -164,7 +156,7 @@ def training_step(plan, lr: float = 0.01, measures=()) -> Step:
     n_fwd = plan.num_forward_outputs
     grad_names = _gradient_names(plan)
     params, aux, batch = _split(g, grad_names)
-    run = lower(g, True, anchor=_anchor(ms), layout=_layout(ms))
+    run = lower(g, True, anchor=_anchor(ms))
 
     def step(p, a, b, key):
         outs, new_aux = run({**p, **a, **b}, key)
@@ -196,10 +188,10 @@ def inference_step(plan, measures=()) -> Step:
     """symgraph's lowered inference program for an inference ``Plan``."""
     if plan.train:
         raise XlaError("inference_step needs an inference plan (train=False)")
-    ms = _measures(measures) & {"scheduler", "channels_last"}
+    ms = _measures(measures) & {"scheduler"}
     g, inf = plan.graph, plan.inferred
     params, aux, batch = _split(g, [n for n in g.list_arguments() if not _is_batch(n)])
-    run = lower(g, False, layout=_layout(ms))
+    run = lower(g, False)
 
     def step(p, a, b, key):
         return run({**p, **a, **b}, key)[0]

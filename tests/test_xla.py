@@ -11,8 +11,6 @@ from symgraph import xla
 from symgraph.errors import SymgraphError
 from symgraph.lower import lower
 from symgraph.memory import plan
-from symgraph.ops.registry import all_opdefs
-from symgraph.passes.infer import infer_shapes
 
 BATCH, SHAPE = 2, (3, 32, 32)
 
@@ -100,8 +98,7 @@ def test_every_measure_keeps_outputs_and_gradients(case):
     assert all(not np.allclose(new_params[k], args[0][k]) for k in new_params
                if k.endswith("weight"))
     for ms in [("scheduler",), ("donate",), ("anchor",), ("anchor_weights",),
-               ("anchor", "scheduler", "donate"), ("channels_last",),
-               ("channels_last", "anchor_weights")]:
+               ("anchor", "scheduler", "donate")]:
         _close(_run(xla.training_step(p, measures=ms), args), base)
 
 
@@ -135,11 +132,11 @@ def test_breakdown_adds_up_to_memory_analysis(case):
 
 TRAIN_CANDIDATES = [(), ("scheduler",), ("anchor",), ("anchor_weights",),
                     ("anchor_weights", "scheduler")]
-INFER_CANDIDATES = [(), ("scheduler",), ("channels_last",), ("channels_last", "scheduler")]
+INFER_CANDIDATES = [(), ("scheduler",)]
 # the issue's targets, XLA temp over the arena plan; vgg_like's training
 # program keeps NHWC copies of conv1's output for its backward (the small
 # net has no big layers to hide them: VGG-16 itself is at 1.08x,
-# docs/plan_vs_xla.md), so it is held to what it reaches
+# docs/memory.md, "Plan vs XLA"), so it is held to what it reaches
 TRAIN_TARGET = {"inception_like": 1.15, "vgg_like": 1.35}
 INFER_TARGET = 1.1
 
@@ -180,43 +177,6 @@ def test_plan_xla_memory_takes_the_measures():
                       compiler_options=xla.SCHEDULER_OPTIONS)
     assert plain["temp"] > 0 and both["temp"] > 0
     assert both["argument"] == plain["argument"] and both["output"] == plain["output"]
-
-
-CHANNELS_LAST = [(op, i, s) for op in all_opdefs() if op.channels_last is not None
-                 for i, s in enumerate(op.samples) if len(s.shapes[0]) == 4]
-
-
-@pytest.mark.parametrize("op,i,sample", CHANNELS_LAST,
-                         ids=[f"{op.name}-{i}" for op, i, _ in CHANNELS_LAST])
-@pytest.mark.parametrize("train", [False, True], ids=["infer", "train"])
-def test_channels_last_rule_matches_the_lowering(op, i, sample, train):
-    """Every op's channels_last rule, through the NHWC lowering (inputs
-    transposed in, outputs back), equals its NCHW lowering."""
-    from test_ops import _inputs, _single_op_graph
-    g, _, variables, known = _single_op_graph(op, sample)
-    inf = infer_shapes(g, known)
-    feeds = _inputs(sample, g, inf, variables, np.random.default_rng(i))
-    if op.aux_names(g.nodes[-1].params):  # BatchNorm: a positive moving variance
-        feeds = {k: np.abs(v) + 0.5 if k.endswith("var") else v for k, v in feeds.items()}
-    key = jax.random.key(0)
-    ref, ref_aux = lower(g, train)(feeds, key)
-    out, out_aux = lower(g, train, layout="NHWC")(feeds, key)
-    _close((ref, ref_aux), (out, out_aux), rtol=1e-12, atol=1e-12)
-    assert all(a.shape == b.shape for a, b in zip(ref, out))
-
-
-def test_channels_last_lowering_of_a_net():
-    """Inference through a whole Inception-like net with activations NHWC
-    equals the NCHW lowering; a bad layout name is refused."""
-    p = plan(inception_like(), {"data": (BATCH,) + SHAPE}, train=False)
-    rng = np.random.default_rng(3)
-    feeds = {n.name: rng.uniform(0.1, 1.0, p.inferred.shapes[p.graph.entry_id_of_node(n)])
-             for n in p.graph.variables}
-    key = jax.random.key(0)
-    _close(lower(p.graph, False, layout="NHWC")(feeds, key)[0],
-           lower(p.graph, False)(feeds, key)[0], rtol=1e-10, atol=1e-12)
-    with pytest.raises(SymgraphError, match="layout='NCWH'"):
-        lower(p.graph, False, layout="NCWH")
 
 
 def test_bad_measures_and_anchors_are_refused():
@@ -296,3 +256,26 @@ def test_parser_on_a_known_dump():
     # the forward conv lives past the first backward instruction (3): kept for backward
     assert by["conv.1"].role == "kept for backward"
     assert b.by_kind == {"layout": 100, "convolution": 100, "fusion": 100}
+
+
+def test_docs_plan_vs_xla_table_matches_the_committed_run():
+    """docs/memory.md's before/after table is the committed benchmark's."""
+    import json
+    import os
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "benchmarks", "results", "plan_vs_xla", "results.json")) as f:
+        rows = json.load(f)["rows"]
+    with open(os.path.join(root, "docs", "memory.md")) as f:
+        doc = f.read()
+    mib = lambda b: f"{b / 2 ** 20:,.0f}"
+    assert rows
+    for r in rows:
+        line = re.search(rf"^\| {re.escape(r['net'])} \| {r['mode']} \|(.*)$", doc, re.M)
+        assert line, f"no row for {r['net']} {r['mode']} in docs/memory.md"
+        cells = [c.strip().strip("*") for c in line.group(1).split("|")]
+        s, q = r["symgraph"], r["plain_jax"]
+        assert cells[:6] == [mib(r["arena"]), mib(s["none"]["temp"]), mib(s[r["best"]]["temp"]),
+                             r["best"], mib(q["none"]["temp"]), mib(q["scheduler"]["temp"])]
+        assert cells[6:9] == [f"{r['ratios'][k]:.2f}" for k in
+                              ("before_over_arena", "best_over_arena", "best_over_plain")]

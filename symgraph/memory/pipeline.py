@@ -338,7 +338,7 @@ def xla_memory(graph: Graph, inf: Inferred, train: bool, anchor: str | None = No
     output all 0 or -1), a field of -1 is None. ``anchor`` and
     ``compiler_options``: memory measures (``lower``'s ``anchor``; e.g.
     ``symgraph.xla.SCHEDULER_OPTIONS``), off by default; see
-    docs/plan_vs_xla.md."""
+    docs/memory.md ("Plan vs XLA")."""
     import jax
     import jax.numpy as jnp
 

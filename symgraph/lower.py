@@ -129,12 +129,17 @@ class JaxInterpreter(Interpreter):
         self.aux_updates: dict[str, object] = {}
 
     def eval_node(self, node, inputs):
+        return self.apply(node, node.op.lower, inputs)
+
+    def apply(self, node, lowering, inputs):
+        """``lowering(params, ctx, *inputs)`` for ``node``: its outputs as a
+        list, aux updates collected, errors naming the node."""
         ctx = LowerCtx(self.is_train, self.key, node.name)
         if len(inputs) > 1 and _anchored(self.anchor, node.op.name):
             inputs = _anchor(inputs)
         try:
             with jax.named_scope(node.name):  # XLA's metadata names the node (xla.py reads it)
-                res = node.op.lower(node.params, ctx, *inputs)
+                res = lowering(node.params, ctx, *inputs)
         except SymgraphError:
             raise
         except Exception as err:  # name the node; the op's own message follows
@@ -186,23 +191,88 @@ def _anchored(anchor: str | None, opname: str) -> bool:
     return only is None or opname[len("_backward_"):] in only
 
 
-def lower(graph: Graph, is_train: bool = False, anchor: str | None = None):
+class _NHWC:
+    """A 4-D value held channels-last: the graph's NCHW tensor x is
+    ``value.transpose(0, 3, 1, 2)``."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _to_nhwc(x):
+    if isinstance(x, _NHWC) or getattr(x, "ndim", 0) != 4:
+        return x
+    return _NHWC(jnp.transpose(x, (0, 2, 3, 1)))
+
+
+def _to_nchw(x):
+    return jnp.transpose(x.value, (0, 3, 1, 2)) if isinstance(x, _NHWC) else x
+
+
+class ChannelsLastInterpreter(JaxInterpreter):
+    """The JAX lowering with 4-D activations kept channels-last (NHWC)
+    between ops that have a ``channels_last`` lowering (Convolution,
+    Pooling, BatchNorm, Concat) and layout-free elementwise ops; any other
+    op gets its inputs back in NCHW, and so do the graph's outputs. XLA's
+    CPU convolutions work in NHWC: with NCHW tensors it keeps a transposed
+    copy of each activation it converts. Results are the same up to float
+    rounding (the convolutions' summation order may differ)."""
+
+    def eval_node(self, node, inputs):
+        op = node.op
+        if op.channels_last is not None and any(_is_4d(x) for x in inputs):
+            outs = self.apply(node, op.channels_last, [_to_nhwc(x).value if _is_4d(x) else x
+                                                       for x in inputs])
+            return [_NHWC(y) if y.ndim == 4 else y for y in outs]
+        if (op.category == "elementwise" and not op.needs_rng and
+                any(isinstance(x, _NHWC) for x in inputs) and
+                len({_layout_shape(x) for x in inputs}) == 1):
+            # layout-free: every input has the same shape, hence the same layout
+            outs = self.apply(node, op.lower, [x.value for x in inputs])
+            return [_NHWC(y) if y.ndim == 4 else y for y in outs]
+        return self.apply(node, op.lower, [_to_nchw(x) for x in inputs])
+
+    def run(self, feeds: dict) -> list:
+        return [_to_nchw(y) for y in super().run(feeds)]
+
+
+def _is_4d(x) -> bool:
+    return isinstance(x, _NHWC) or getattr(x, "ndim", 0) == 4
+
+
+def _layout_shape(x):
+    return ("nhwc",) + tuple(x.value.shape) if isinstance(x, _NHWC) else tuple(x.shape)
+
+
+LAYOUTS = {"NCHW": JaxInterpreter, "NHWC": ChannelsLastInterpreter}
+
+
+def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
+          layout: str = "NCHW"):
     """Graph -> pure function ``f(feeds, key) -> (outputs, aux_updates)``.
 
     ``feeds`` maps variable names (and optionally ``entry_key``s of inner
     entries) to arrays. Wrap it in ``jax.jit`` to get one XLA program.
-    ``anchor`` (a memory measure, off by default; docs/memory.md, "Plan vs XLA"):
+    Memory measures, off by default (docs/memory.md, "Plan vs XLA"): ``anchor``
     ``'backward'`` ties every backward node's inputs to its incoming
     gradient, ``'weights'`` only those of Convolution, Deconvolution and
-    FullyConnected, so XLA cannot compute from saved activations early.
+    FullyConnected, so XLA cannot compute from saved activations early;
+    ``layout='NHWC'`` keeps 4-D activations channels-last inside the
+    program (``ChannelsLastInterpreter``); feeds and outputs stay NCHW.
     """
+    if layout not in LAYOUTS:
+        raise SymgraphError(f"layout={layout!r}; use one of {', '.join(map(repr, LAYOUTS))}")
+    interpreter = LAYOUTS[layout]
+
     def fn(feeds, key=None):
-        interp = JaxInterpreter(graph, is_train, key, anchor)
+        interp = interpreter(graph, is_train, key, anchor)
         outs = interp.run(feeds)
         return outs, interp.aux_updates
     return fn
 
 
 def lower_jit(graph: Graph, is_train: bool = False, anchor: str | None = None,
-              **jit_kwargs):
-    return jax.jit(lower(graph, is_train, anchor), **jit_kwargs)
+              layout: str = "NCHW", **jit_kwargs):
+    return jax.jit(lower(graph, is_train, anchor, layout), **jit_kwargs)

@@ -31,7 +31,7 @@ The symgraph node a value comes from is read from the HLO metadata: the
 lowering runs every node inside ``jax.named_scope(node.name)``.
 
 Measures (``MEASURES``), each an option of ``training_step`` (only
-``scheduler`` applies to inference):
+``scheduler`` and ``channels_last`` apply to inference):
 
 - ``scheduler``: XLA's memory-optimized CPU scheduler
   (``compiler_options={'xla_cpu_scheduler_type':
@@ -44,6 +44,10 @@ Measures (``MEASURES``), each an option of ``training_step`` (only
   saved activation (a layout copy) in the forward pass and keep the result
   alive until the backward; ``anchor_weights``: the same for the backward
   of Convolution, Deconvolution and FullyConnected only.
+- ``channels_last``: ``lower(..., layout='NHWC')``: 4-D activations stay
+  NHWC between convolutions, pooling, BatchNorm, Concat and elementwise
+  ops inside the program, so XLA's CPU convolutions need no transposed
+  copy of them (inputs and outputs stay NCHW).
 
 ``best_step`` compiles a list of measure sets and keeps the one with the
 least temp: XLA's scheduling is heuristic, and which measure wins differs
@@ -67,8 +71,13 @@ from .graph import Graph
 from .lower import lower
 
 MIB = 2 ** 20
-MEASURES = ("scheduler", "donate", "anchor", "anchor_weights")
+MEASURES = ("scheduler", "donate", "anchor", "anchor_weights", "channels_last")
 SCHEDULER_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
+# XLA's CPU backend hands convolutions and dots to YNNPACK one op at a time:
+# with channels-last activations it would otherwise fuse whole convolution
+# chains into one library call whose buffers memory_analysis() does not see
+SINGLE_OP_FUSIONS = {"xla_cpu_experimental_ynn_fusion_type":
+                     "LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
 UPDATE_SCOPE = "sgd_update"
 
 
@@ -140,9 +149,17 @@ def _anchor(ms: set):
     return "backward" if "anchor" in ms else "weights" if "anchor_weights" in ms else None
 
 
+def _layout(ms: set) -> str:
+    return "NHWC" if "channels_last" in ms else "NCHW"
+
+
 def _options(ms: set) -> dict:
-    return dict(SCHEDULER_OPTIONS) if "scheduler" in ms and jax.default_backend() == "cpu" \
-        else {}
+    if jax.default_backend() != "cpu":
+        return {}
+    opts = dict(SCHEDULER_OPTIONS) if "scheduler" in ms else {}
+    if "channels_last" in ms:
+        opts.update(SINGLE_OP_FUSIONS)
+    return opts
 
 
 def training_step(plan, lr: float = 0.01, measures=()) -> Step:
@@ -156,7 +173,7 @@ def training_step(plan, lr: float = 0.01, measures=()) -> Step:
     n_fwd = plan.num_forward_outputs
     grad_names = _gradient_names(plan)
     params, aux, batch = _split(g, grad_names)
-    run = lower(g, True, anchor=_anchor(ms))
+    run = lower(g, True, anchor=_anchor(ms), layout=_layout(ms))
 
     def step(p, a, b, key):
         outs, new_aux = run({**p, **a, **b}, key)
@@ -188,10 +205,10 @@ def inference_step(plan, measures=()) -> Step:
     """symgraph's lowered inference program for an inference ``Plan``."""
     if plan.train:
         raise XlaError("inference_step needs an inference plan (train=False)")
-    ms = _measures(measures) & {"scheduler"}
+    ms = _measures(measures) & {"scheduler", "channels_last"}
     g, inf = plan.graph, plan.inferred
     params, aux, batch = _split(g, [n for n in g.list_arguments() if not _is_batch(n)])
-    run = lower(g, False)
+    run = lower(g, False, layout=_layout(ms))
 
     def step(p, a, b, key):
         return run({**p, **a, **b}, key)[0]

@@ -1,6 +1,8 @@
 """symgraph.xla: the memory measures keep every result, plain JAX trains the
 same net, and the breakdown of XLA's temp adds up (compiles of small nets;
 nothing here is timed)."""
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +13,8 @@ from symgraph import xla
 from symgraph.errors import SymgraphError
 from symgraph.lower import lower
 from symgraph.memory import plan
+from symgraph.ops.registry import all_opdefs
+from symgraph.passes.infer import infer_shapes
 
 BATCH, SHAPE = 2, (3, 32, 32)
 
@@ -98,7 +102,8 @@ def test_every_measure_keeps_outputs_and_gradients(case):
     assert all(not np.allclose(new_params[k], args[0][k]) for k in new_params
                if k.endswith("weight"))
     for ms in [("scheduler",), ("donate",), ("anchor",), ("anchor_weights",),
-               ("anchor", "scheduler", "donate")]:
+               ("anchor", "scheduler", "donate"), ("channels_last",),
+               ("channels_last", "anchor_weights")]:
         _close(_run(xla.training_step(p, measures=ms), args), base)
 
 
@@ -132,7 +137,7 @@ def test_breakdown_adds_up_to_memory_analysis(case):
 
 TRAIN_CANDIDATES = [(), ("scheduler",), ("anchor",), ("anchor_weights",),
                     ("anchor_weights", "scheduler")]
-INFER_CANDIDATES = [(), ("scheduler",)]
+INFER_CANDIDATES = [(), ("scheduler",), ("channels_last",), ("channels_last", "scheduler")]
 # the issue's targets, XLA temp over the arena plan; vgg_like's training
 # program keeps NHWC copies of conv1's output for its backward (the small
 # net has no big layers to hide them: VGG-16 itself is at 1.08x,
@@ -177,6 +182,53 @@ def test_plan_xla_memory_takes_the_measures():
                       compiler_options=xla.SCHEDULER_OPTIONS)
     assert plain["temp"] > 0 and both["temp"] > 0
     assert both["argument"] == plain["argument"] and both["output"] == plain["output"]
+
+
+CHANNELS_LAST = [(op, i, s) for op in all_opdefs() if op.channels_last is not None
+                 for i, s in enumerate(op.samples) if len(s.shapes[0]) == 4]
+
+
+@pytest.mark.parametrize("op,i,sample", CHANNELS_LAST,
+                         ids=[f"{op.name}-{i}" for op, i, _ in CHANNELS_LAST])
+@pytest.mark.parametrize("train", [False, True], ids=["infer", "train"])
+def test_channels_last_rule_matches_the_lowering(op, i, sample, train):
+    """Every op's channels_last rule, through the NHWC lowering (inputs
+    transposed in, outputs back), equals its NCHW lowering."""
+    from test_ops import _inputs, _single_op_graph
+    g, _, variables, known = _single_op_graph(op, sample)
+    inf = infer_shapes(g, known)
+    feeds = _inputs(sample, g, inf, variables, np.random.default_rng(i))
+    if op.aux_names(g.nodes[-1].params):  # BatchNorm: a positive moving variance
+        feeds = {k: np.abs(v) + 0.5 if k.endswith("var") else v for k, v in feeds.items()}
+    key = jax.random.key(0)
+    ref, ref_aux = lower(g, train)(feeds, key)
+    out, out_aux = lower(g, train, layout="NHWC")(feeds, key)
+    _close((ref, ref_aux), (out, out_aux), rtol=1e-12, atol=1e-12)
+    assert all(a.shape == b.shape for a, b in zip(ref, out))
+
+
+def test_channels_last_lowering_of_a_net():
+    """Inference through a whole Inception-like net with activations NHWC
+    equals the NCHW lowering; a bad layout name is refused."""
+    p = plan(inception_like(), {"data": (BATCH,) + SHAPE}, train=False)
+    rng = np.random.default_rng(3)
+    feeds = {n.name: rng.uniform(0.1, 1.0, p.inferred.shapes[p.graph.entry_id_of_node(n)])
+             for n in p.graph.variables}
+    key = jax.random.key(0)
+    _close(lower(p.graph, False, layout="NHWC")(feeds, key)[0],
+           lower(p.graph, False)(feeds, key)[0], rtol=1e-10, atol=1e-12)
+    with pytest.raises(SymgraphError, match="layout='NCWH'"):
+        lower(p.graph, False, layout="NCWH")
+
+
+def test_channels_last_keeps_library_calls_to_one_op():
+    """channels_last also asks XLA for single-op YNNPACK fusions, so every
+    activation stays an XLA buffer that memory_analysis() counts."""
+    p = plan(vgg_like(), {"data": (BATCH,) + SHAPE}, train=False)
+    opts = xla.inference_step(p, measures=("channels_last",)).compiler_options
+    if jax.default_backend() == "cpu":
+        assert opts == xla.SINGLE_OP_FUSIONS
+    assert xla.inference_step(p).compiler_options == {}
 
 
 def test_bad_measures_and_anchors_are_refused():
@@ -279,3 +331,23 @@ def test_docs_plan_vs_xla_table_matches_the_committed_run():
                              r["best"], mib(q["none"]["temp"]), mib(q["scheduler"]["temp"])]
         assert cells[6:9] == [f"{r['ratios'][k]:.2f}" for k in
                               ("before_over_arena", "best_over_arena", "best_over_plain")]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux /proc only")
+def test_xla_rss_measures_a_real_run(tmp_path):
+    """benchmarks/xla_rss.py runs a program in a fresh process and reports
+    XLA's temp beside how far the resident set rose."""
+    import json
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, os.path.join(root, "benchmarks", "xla_rss.py"),
+                    "--nets", "resnet-cifar-20", "--batch", "4",
+                    "--measures", "none,channels_last", "--out", str(tmp_path)], check=True,
+                   capture_output=True)
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [r["measures"] for r in rows] == ["none", "channels_last"]
+    for r in rows:
+        assert r["arena"] > 0 and r["xla_temp"] > 0 and r["run_seconds"] > 0
+        assert r["rss_rise"] > 0  # the run touched memory of its own
+    assert "| resnet-cifar-20 | 4 | infer | channels_last |" in (tmp_path / "results.md").read_text()

@@ -21,7 +21,7 @@ from jax import lax
 
 from ..errors import ShapeError
 from .backward import register_backward
-from .registry import (Attr, OpDef, Sample, bool_attr, choice_attr, dtype_attr,
+from .registry import (Attr, OpDef, Params, Sample, bool_attr, choice_attr, dtype_attr,
                        float_attr, int_attr, numel, optional_int_attr, register, shape_attr)
 from .tensor import _attrs_of, _axis
 
@@ -239,6 +239,21 @@ _conv = register(OpDef(
         Sample({"kernel": (2, 2, 2), "pad": (1, 0, 1), "num_filter": 2, "layout": "NCDHW"},
                [(1, 2, 3, 4, 3)]),
     ]))
+
+
+def _conv_channels_last(p, ctx, x, w, b=None):
+    """NHWC in and out (the weight arrives OHWI, every 4-D input is
+    channels-last; XLA folds that transpose into the convolution)."""
+    if x.ndim != 4:
+        raise ShapeError(f"channels-last lowering is for 2-D convolutions, got rank {x.ndim}")
+    n, stride, pad, dilate = _conv_geometry(p)
+    y = lax.conv_general_dilated(x, w, stride, [(q, q) for q in pad], rhs_dilation=dilate,
+                                 feature_group_count=p.num_group,
+                                 dimension_numbers=("NHWC", "OHWI", "NHWC"))
+    return y if b is None else y + b
+
+
+_conv.channels_last = _conv_channels_last
 
 
 # dx = conv^T(dy, w); dw = corr(x, dy); db = sum(dy over batch and space) -- reads x and w
@@ -499,6 +514,26 @@ _pool = register(OpDef(
     ]))
 
 
+def _pool_channels_last(p, ctx, x):
+    """Pooling of an NHWC tensor: the same windows with the channel axis last."""
+    if x.ndim != 4:
+        raise ShapeError(f"channels-last lowering is for 2-D pooling, got rank {x.ndim}")
+    nchw = (x.shape[0], x.shape[3], x.shape[1], x.shape[2])
+    kernel, stride, pad, out, extra = _pool_geometry(p, nchw)
+    window, strides, padding = _window_args(kernel, stride, pad, extra)
+    last = lambda t: (t[0],) + tuple(t[2:]) + (t[1],)  # N C H W -> N H W C
+    window, strides, padding = last(window), last(strides), last(padding)
+    if p.pool_type == "max":
+        return lax.reduce_window(x, np.array(-np.inf, x.dtype), lax.max, window, strides, padding)
+    total = lax.reduce_window(x, np.zeros((), x.dtype), lax.add, window, strides, padding)
+    if p.pool_type == "sum":
+        return total
+    return total / _avg_divisor(p, nchw[2:], kernel, stride, pad, out)[..., None].astype(x.dtype)
+
+
+_pool.channels_last = _pool_channels_last
+
+
 def _pool_backward_reads(p) -> list[str]:
     """What _backward_Pooling reads besides the output gradient.
 
@@ -696,6 +731,16 @@ _bn = register(OpDef(
                high=1.0),
         Sample({"fix_gamma": False}, [(6, 4)], low=0.1, high=1.0),
     ]))
+
+
+def _bn_channels_last(p, ctx, x, *rest):
+    """BatchNorm over channel axis 1 of an NHWC tensor: axis 3 there."""
+    if x.ndim != 4 or _axis(p.axis, 4, "axis") != 1:
+        raise ShapeError("channels-last BatchNorm needs a 4-D input normalised over axis 1")
+    return _bn_lower(Params(p, axis=3), ctx, x, *rest)
+
+
+_bn.channels_last = _bn_channels_last
 
 
 # xh = (x - mean) invstd; dbeta = sum(dy); dgamma = sum(dy xh) (0 with fix_gamma);

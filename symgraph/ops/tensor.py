@@ -395,6 +395,10 @@ _concat = register(OpDef(
     doc="Joins num_args inputs along dim; the other dimensions must match."))
 
 
+# NCHW axis a is NHWC axis (0, 3, 1, 2)[a]
+_concat.channels_last = lambda p, ctx, *xs: jnp.concatenate(xs, axis=(0, 3, 1, 2)[p.dim % 4])
+
+
 # y = concat(x_i); dx_i = the slice of dy at x_i's offset  (reads the x_i's shapes only)
 def _concat_backward(p, ctx, og, ins, outs):
     dim = p.dim % og[0].ndim

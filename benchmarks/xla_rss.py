@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""XLA's temp figure beside the memory a run really touches.
+
+    python benchmarks/xla_rss.py [--nets vgg16,googlenet] [--batch 8] [--mode infer]
+                                 [--measures none,scheduler,channels_last+scheduler]
+                                 [--out benchmarks/results/xla_rss]
+
+``memory_analysis()`` counts the buffers XLA assigns; work XLA hands to a
+library (YNNPACK on the CPU) may allocate more of its own. For each net and
+measure set this compiles symgraph's lowered program in a fresh process,
+resets the process's peak resident set (``/proc/self/clear_refs``, Linux),
+runs the program once and records how far the peak rose above the resident
+set before the run, beside XLA's temp and symgraph's arena plan. The first
+run is measured: later runs reuse pages the allocator kept, which hides
+what a run needs. Linux only; small batches (each program really runs).
+Writes results.json and results.md in ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+MIB = 2 ** 20
+
+
+def _status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {key} in /proc/self/status")
+
+
+def measure_here(name: str, batch: int, mode: str, measures: tuple) -> dict:
+    """One program, in this process: XLA's figures and the run's peak RSS rise."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from symgraph import xla
+    from symgraph.memory import plan
+    from symgraph.models import data_shapes, get_model
+    p = plan(get_model(name), data_shapes(name, batch), train=mode == "train", name=name)
+    step = (xla.training_step if p.train else xla.inference_step)(p, measures=measures)
+    rng = np.random.default_rng(0)
+    args = jax.tree_util.tree_map(
+        lambda s: jnp.asarray(rng.uniform(0.1, 1.0, s.shape).astype(s.dtype))
+        if jnp.issubdtype(s.dtype, jnp.floating) else jnp.zeros(s.shape, s.dtype),
+        step.args[:3]) + (step.args[3],)
+    compiled = step.lower().compile(step.compiler_options or None)
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    before = _status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak (VmHWM) starts again from the current resident set
+    t = time.perf_counter()
+    jax.block_until_ready(compiled(*args))
+    seconds = time.perf_counter() - t
+    return {"net": name, "batch": batch, "mode": mode, "measures": "+".join(measures) or "none",
+            "arena": p.internal["arena"], "xla_temp": temp,
+            "rss_rise": _status("VmHWM") - before, "run_seconds": seconds}
+
+
+def measure(name: str, batch: int, mode: str, measures: tuple) -> dict:
+    """``measure_here`` in a fresh process, so no run sees another's pages."""
+    code = ("import json, sys; sys.path.insert(0, %r); import xla_rss; "
+            "print(json.dumps(xla_rss.measure_here(%r, %d, %r, %r)))"
+            % (os.path.dirname(os.path.abspath(__file__)), name, batch, mode, measures))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def markdown(rows: list, env: dict) -> str:
+    out = [f"# XLA temp vs the memory a run touches ({env['date']})", "",
+           f"{env['machine']}; jax {env['jax']}. MiB. *RSS rise*: how far the process's "
+           "peak resident set rose above its resident set during the first run of the "
+           "compiled program (inputs and parameters already resident).", "",
+           "| net | batch | mode | measures | arena | XLA temp | RSS rise | run s |",
+           "|---|--:|---|---|--:|--:|--:|--:|"]
+    for r in rows:
+        out.append(f"| {r['net']} | {r['batch']} | {r['mode']} | {r['measures']} "
+                   f"| {r['arena'] / MIB:,.0f} | {r['xla_temp'] / MIB:,.0f} "
+                   f"| {r['rss_rise'] / MIB:,.0f} | {r['run_seconds']:.2f} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nets", default="vgg16,googlenet")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--mode", choices=("infer", "train"), default="infer")
+    ap.add_argument("--measures", default="none,scheduler,channels_last+scheduler")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                  "results", "xla_rss"))
+    args = ap.parse_args(argv)
+    if not os.path.exists("/proc/self/clear_refs"):
+        print("xla_rss: needs Linux's /proc/self/clear_refs", file=sys.stderr)
+        return 2
+    import datetime
+    import platform
+
+    import jax
+    from tqdm import tqdm
+
+    from symgraph.util import atomic_open
+    sets = [tuple(m.split("+")) if m != "none" else () for m in args.measures.split(",")]
+    jobs = [(n, s) for n in args.nets.split(",") for s in sets]
+    rows = []
+    for name, ms in tqdm(jobs, desc="xla rss", unit="program"):
+        rows.append(measure(name, args.batch, args.mode, ms))
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "machine": f"{platform.machine()}, {os.cpu_count()} cores", "jax": jax.__version__}
+    os.makedirs(args.out, exist_ok=True)
+    with atomic_open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"tool": "benchmarks/xla_rss.py", **env, "rows": rows}, f, indent=1)
+    with atomic_open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(markdown(rows, env))
+    print(markdown(rows, env))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

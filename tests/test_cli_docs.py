@@ -1,7 +1,6 @@
 """docs/cli.md matches the commands: every option it names for a command is
 in that command's --help, every option in --help is documented, and the
 pictures it shows exist and are what examples/viz_examples.py draws."""
-import importlib.util
 import os
 import re
 import shutil
@@ -11,7 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT, load_script
 DOC = os.path.join(ROOT, "docs", "cli.md")
 OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z])\b")
 HEADING = re.compile(r"^#{2,3} `symgraph ([a-z ]+)`\s*$", re.M)
@@ -92,11 +91,7 @@ def test_subcommand_help_keeps_line_breaks():
 
 
 def _viz_examples():
-    spec = importlib.util.spec_from_file_location(
-        "viz_examples", os.path.join(ROOT, "examples", "viz_examples.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples", "viz_examples.py")
 
 
 @pytest.mark.skipif(shutil.which("dot") is None,

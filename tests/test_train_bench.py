@@ -1,6 +1,5 @@
 """The training-throughput benchmark runs in --quick mode and writes its
 report (timings are printed, never asserted)."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -8,15 +7,11 @@ import sys
 
 import jax
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import load_script
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "train_throughput", os.path.join(ROOT, "benchmarks", "train_throughput.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load_script("benchmarks", "train_throughput.py")
 
 
 def test_quick_benchmark_writes_json_markdown_and_chart(tmp_path):

@@ -1,21 +1,16 @@
 """Convergence on real data shipped with scikit-learn (load_digits), on one
 device and on eight, through examples/train_digits.py (so the example is
 exercised too)."""
-import importlib.util
 import os
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import load_script
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location(
-        "train_digits", os.path.join(ROOT, "examples", "train_digits.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("examples", "train_digits.py")
 
 
 @pytest.mark.parametrize("net,devices,epochs", [("mlp", 1, 8), ("mlp", 8, 8),

@@ -2,8 +2,6 @@
 halves the scale, finite steps grow it after the interval, the scaled
 gradients divide back exactly, the scale survives a checkpoint, and float16
 training with it reaches the float32 accuracy on load_digits."""
-import importlib.util
-import os
 
 import numpy as np
 import pytest
@@ -13,7 +11,7 @@ from symgraph.train import TrainError
 from symgraph.train.step import LOSS_SCALE_STATE
 
 S = sg.sym
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import load_script
 
 
 def mlp():
@@ -180,11 +178,7 @@ def test_bad_loss_scales_are_clear_errors():
 
 
 def _digits():
-    spec = importlib.util.spec_from_file_location(
-        "train_digits", os.path.join(ROOT, "examples", "train_digits.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("examples", "train_digits.py")
 
 
 def test_float16_with_dynamic_scaling_learns_digits():

@@ -28,11 +28,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 NETS = ("vgg16", "inception-bn", "resnet-50", "googlenet")
-# anchor+scheduler was tried too and never won (docs/memory.md, "Plan vs XLA")
+# anchor+scheduler was tried too and never won
 TRAIN_MEASURES = ((), ("scheduler",), ("donate",), ("anchor",), ("anchor_weights",),
-                  ("anchor_weights", "scheduler"))
-# channels_last did not lower any training program (its backward ops have no
-# channels-last rules: GoogLeNet batch 16 414 MiB with anchor either way)
+                  ("anchor_weights", "scheduler"), ("channels_last", "anchor"),
+                  ("channels_last", "anchor_weights"))
 INFER_MEASURES = ((), ("scheduler",), ("channels_last",), ("channels_last", "scheduler"))
 PLAIN_MEASURES = ((), ("scheduler",))
 MIB = 2 ** 20

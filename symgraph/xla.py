@@ -45,9 +45,10 @@ Measures (``MEASURES``), each an option of ``training_step`` (only
   alive until the backward; ``anchor_weights``: the same for the backward
   of Convolution, Deconvolution and FullyConnected only.
 - ``channels_last``: ``lower(..., layout='NHWC')``: 4-D activations stay
-  NHWC between convolutions, pooling, BatchNorm, Concat and elementwise
-  ops inside the program, so XLA's CPU convolutions need no transposed
-  copy of them (inputs and outputs stay NCHW).
+  NHWC between convolutions, pooling, BatchNorm, Concat, their backward
+  ops and elementwise ops inside the program, so XLA's CPU convolutions
+  need no transposed copy of them (inputs and outputs stay NCHW); with
+  ``SINGLE_OP_FUSIONS``, so that XLA's temp still counts every activation.
 
 ``best_step`` compiles a list of measure sets and keeps the one with the
 least temp: XLA's scheduling is heuristic, and which measure wins differs

@@ -193,13 +193,23 @@ CHANNELS_LAST = [(op, i, s) for op in all_opdefs() if op.channels_last is not No
 @pytest.mark.parametrize("train", [False, True], ids=["infer", "train"])
 def test_channels_last_rule_matches_the_lowering(op, i, sample, train):
     """Every op's channels_last rule, through the NHWC lowering (inputs
-    transposed in, outputs back), equals its NCHW lowering."""
-    from test_ops import _inputs, _single_op_graph
-    g, _, variables, known = _single_op_graph(op, sample)
-    inf = infer_shapes(g, known)
-    feeds = _inputs(sample, g, inf, variables, np.random.default_rng(i))
-    if op.aux_names(g.nodes[-1].params):  # BatchNorm: a positive moving variance
-        feeds = {k: np.abs(v) + 0.5 if k.endswith("var") else v for k, v in feeds.items()}
+    transposed in, outputs back), equals its NCHW lowering; in training
+    with the gradient graph, so the backward ops' rules are checked too."""
+    from symgraph.memory.pipeline import build_graph
+    from test_ops import _single_op_graph
+    g, node, variables, known = _single_op_graph(op, sample)
+    if train:
+        args = op.arg_names(node.params)
+        g, inf, _, _ = build_graph(g, known, True, wrt=[f"in_{a}" for a in args])
+    else:
+        inf = infer_shapes(g, known)
+    rng = np.random.default_rng(i)
+    feeds = {v.name: rng.uniform(sample.low, sample.high, inf.shapes[g.entry_id_of_node(v)])
+             for v in g.variables}
+    feeds = {k: np.abs(v) + 0.5 if k.endswith("var") else v  # BatchNorm: positive variance
+             for k, v in feeds.items()}
+    if train:  # the backward ops of the rules are in the graph
+        assert any(n.op is not None and n.op.name == f"_backward_{op.name}" for n in g.nodes)
     key = jax.random.key(0)
     ref, ref_aux = lower(g, train)(feeds, key)
     out, out_aux = lower(g, train, layout="NHWC")(feeds, key)

@@ -33,7 +33,8 @@ def register_backward(fwd: OpDef, *, reads_inputs: Sequence[int] | None = None,
                       infer_shape: Callable | None = None,
                       inplace: Callable | Sequence = (),
                       category: str | None = None,
-                      inputs_for_shape_only: bool = False) -> OpDef:
+                      inputs_for_shape_only: bool = False,
+                      channels_last: Callable | None = None) -> OpDef:
     """Registers ``_backward_<fwd>`` and sets ``fwd.gradient`` to build it.
 
     ``reads_inputs=None`` means every argument; ``reads_ograds=None`` means
@@ -43,6 +44,8 @@ def register_backward(fwd: OpDef, *, reads_inputs: Sequence[int] | None = None,
     which needs every argument read and no aux state.
     ``inputs_for_shape_only`` says the forward inputs it reads are read only
     for their shapes/dtypes (so they need not stay alive for it).
+    ``channels_last``: ``lower``'s twin for 4-D tensors held NHWC (the
+    OpDef's ``channels_last``).
     """
     name = "_backward_" + fwd.name
 
@@ -79,10 +82,12 @@ def register_backward(fwd: OpDef, *, reads_inputs: Sequence[int] | None = None,
                         for g, x in zip(ograds, primals))
             return vjp(cot)
 
-    def lower_node(p, ctx, *xs):
-        n_og, n_in = len(rg(p)), len(ri(p))
-        grads = lower(p, ctx, xs[:n_og], xs[n_og:n_og + n_in], xs[n_og + n_in:])
-        return tuple(g for g, m in zip(grads, need(p)) if m)
+    def node_lowering(rule):
+        def lower_node(p, ctx, *xs):
+            n_og, n_in = len(rg(p)), len(ri(p))
+            grads = rule(p, ctx, xs[:n_og], xs[n_og:n_og + n_in], xs[n_og + n_in:])
+            return tuple(g for g, m in zip(grads, need(p)) if m)
+        return lower_node
 
     if infer_shape is None:
         def infer_shape(p, in_shapes):
@@ -96,11 +101,12 @@ def register_backward(fwd: OpDef, *, reads_inputs: Sequence[int] | None = None,
     attrs = dict(fwd.attrs)
     attrs["need"] = Attr(shape_attr, (), "0/1 mask: which argument gradients to compute")
     bwd = register(OpDef(
-        name=name, lower=lower_node, infer_shape=infer_shape_node, attrs=attrs,
+        name=name, lower=node_lowering(lower), infer_shape=infer_shape_node, attrs=attrs,
         arguments=arguments, outputs=outputs, inplace=inplace,
         shape_inputs=(lambda p: list(range(len(rg(p)), len(rg(p)) + len(ri(p)))))
         if inputs_for_shape_only else (),
         category=category or fwd.category,
+        channels_last=channels_last and node_lowering(channels_last),
         doc=f"Gradient of {fwd.name}; inputs are exactly what it reads."))
 
     def gradient(g, node, ograds):

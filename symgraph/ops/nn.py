@@ -23,7 +23,7 @@ from ..errors import ShapeError
 from .backward import register_backward
 from .registry import (Attr, OpDef, Params, Sample, bool_attr, choice_attr, dtype_attr,
                        float_attr, int_attr, numel, optional_int_attr, register, shape_attr)
-from .tensor import _attrs_of, _axis
+from .tensor import NHWC_AXIS, _attrs_of, _axis
 
 
 # --------------------------------------------------------------------------
@@ -241,15 +241,17 @@ _conv = register(OpDef(
     ]))
 
 
-def _conv_channels_last(p, ctx, x, w, b=None):
-    """NHWC in and out (the weight arrives OHWI, every 4-D input is
+def _conv_nobias_channels_last(p, x, w):
+    """NHWC in and out (the weight arrives OHWI: every 4-D input is
     channels-last; XLA folds that transpose into the convolution)."""
-    if x.ndim != 4:
-        raise ShapeError(f"channels-last lowering is for 2-D convolutions, got rank {x.ndim}")
     n, stride, pad, dilate = _conv_geometry(p)
-    y = lax.conv_general_dilated(x, w, stride, [(q, q) for q in pad], rhs_dilation=dilate,
-                                 feature_group_count=p.num_group,
-                                 dimension_numbers=("NHWC", "OHWI", "NHWC"))
+    return lax.conv_general_dilated(x, w, stride, [(q, q) for q in pad], rhs_dilation=dilate,
+                                    feature_group_count=p.num_group,
+                                    dimension_numbers=("NHWC", "OHWI", "NHWC"))
+
+
+def _conv_channels_last(p, ctx, x, w, b=None):
+    y = _conv_nobias_channels_last(p, x, w)
     return y if b is None else y + b
 
 
@@ -273,8 +275,16 @@ def _weighted_backward_shape(p, s):
     return s, [g for g, m in zip(grads, need) if m]
 
 
+def _conv_backward_channels_last(p, ctx, og, ins, outs):
+    x, w = ins
+    _, vjp = jax.vjp(lambda x, w: _conv_nobias_channels_last(p, x, w), x, w)
+    dx, dw = vjp(og[0])
+    return [dx, dw, None if p.no_bias else og[0].sum(axis=(0, 1, 2))]
+
+
 register_backward(_conv, reads_inputs=(0, 1), lower=_conv_backward,
-                  infer_shape=_weighted_backward_shape)
+                  infer_shape=_weighted_backward_shape,
+                  channels_last=_conv_backward_channels_last)
 
 
 # --------------------------------------------------------------------------
@@ -516,13 +526,9 @@ _pool = register(OpDef(
 
 def _pool_channels_last(p, ctx, x):
     """Pooling of an NHWC tensor: the same windows with the channel axis last."""
-    if x.ndim != 4:
-        raise ShapeError(f"channels-last lowering is for 2-D pooling, got rank {x.ndim}")
-    nchw = (x.shape[0], x.shape[3], x.shape[1], x.shape[2])
+    nchw = _nchw_shape(x.shape)
     kernel, stride, pad, out, extra = _pool_geometry(p, nchw)
-    window, strides, padding = _window_args(kernel, stride, pad, extra)
-    last = lambda t: (t[0],) + tuple(t[2:]) + (t[1],)  # N C H W -> N H W C
-    window, strides, padding = last(window), last(strides), last(padding)
+    window, strides, padding = map(_nhwc_order, _window_args(kernel, stride, pad, extra))
     if p.pool_type == "max":
         return lax.reduce_window(x, np.array(-np.inf, x.dtype), lax.max, window, strides, padding)
     total = lax.reduce_window(x, np.zeros((), x.dtype), lax.add, window, strides, padding)
@@ -554,7 +560,17 @@ def _pool_input_shape(p, og_shape):
                                        for o, k, q in zip(og_shape[2:], kernel, pad))
 
 
-def _max_pool_backward(p, x, y, dy):
+def _nchw_shape(shape) -> tuple:
+    """The NCHW shape of a tensor held channels-last (N, H, W, C)."""
+    return (shape[0], shape[-1]) + tuple(shape[1:-1])
+
+
+def _nhwc_order(t) -> tuple:
+    """A per-axis tuple in NCHW order, reordered for channels-last."""
+    return (t[0],) + tuple(t[2:]) + (t[1],)
+
+
+def _max_pool_backward(p, x, y, dy, channels_last=False):
     """dx: each window's gradient goes to the first position (row-major, as in
     MXNet) whose input equals the window's max -- compares against the
     output instead of saving argmax indices; no scatter.
@@ -564,34 +580,51 @@ def _max_pool_backward(p, x, y, dy):
     are interleaved by a stack and a reshape. No strided (interior) padding,
     so XLA fuses the whole sum into one loop instead of materialising one
     padded partial per window offset (GoogLeNet's training temp: -32%,
-    docs/memory.md, "Plan vs XLA")."""
-    kernel, stride, pad, out, extra = _pool_geometry(p, x.shape)
+    docs/memory.md, "Plan vs XLA"). ``channels_last``: x, y, dy are NHWC."""
+    nd = x.ndim
+    spatial = list(range(1, nd - 1)) if channels_last else list(range(2, nd))
+
+    def per_axis(items, rest):
+        """``items`` on the spatial axes, ``rest`` on the batch and channel axes."""
+        out = [rest] * nd
+        for a, v in zip(spatial, items):
+            out[a] = v
+        return out
+
+    kernel, stride, pad, out, extra = _pool_geometry(
+        p, _nchw_shape(x.shape) if channels_last else x.shape)
     if p.global_pool:
+        if channels_last:  # a tensor of one pixel per channel: not worth a rule
+            t = lambda v: jnp.moveaxis(v, -1, 1)
+            return jnp.moveaxis(_max_pool_backward(p, t(x), t(y), t(dy)), 1, -1)
         flat = x.reshape(x.shape[:2] + (-1,))
         hit = flat == y.reshape(y.shape[:2] + (1,))
         first = hit & (jnp.cumsum(hit, axis=-1) == 1)
         return jnp.where(first, dy.reshape(dy.shape[:2] + (1,)), 0).reshape(x.shape)
-    padding = [(0, 0), (0, 0)] + [(q, q + e) for q, e in zip(pad, extra)]
-    xp = jnp.pad(x, padding, constant_values=-jnp.inf)
+    xp = jnp.pad(x, per_axis([(q, q + e) for q, e in zip(pad, extra)], (0, 0)),
+                 constant_values=-jnp.inf)
     # won[k]: dy where offset k holds the window's first max
     taken = jnp.zeros(y.shape, bool)
     won = {}
     for off in itertools.product(*[range(k) for k in kernel]):
-        window = (slice(None),) * 2 + tuple(
-            slice(o, o + (m - 1) * s + 1, s) for o, m, s in zip(off, out, stride))
+        window = tuple(per_axis([slice(o, o + (m - 1) * s + 1, s)
+                                 for o, m, s in zip(off, out, stride)], slice(None)))
         hit = (xp[window] == y) & ~taken
         taken = taken | hit
         won[off] = jnp.where(hit, dy, 0)
     # padded position m*s + r (per axis) is offset r + j*s of window m - j
-    rows = [-(-n // s) for n, s in zip(xp.shape[2:], stride)]
+    rows = [-(-xp.shape[a] // s) for a, s in zip(spatial, stride)]
     zero = np.zeros((), dy.dtype)
+    acc_shape = list(dy.shape)
+    for a, n in zip(spatial, rows):
+        acc_shape[a] = n
 
     def phase(r):
-        acc = jnp.zeros(dy.shape[:2] + tuple(rows), dy.dtype)
+        acc = jnp.zeros(acc_shape, dy.dtype)
         for j in itertools.product(*[range(-(-(k - q) // s))
                                      for k, q, s in zip(kernel, r, stride)]):
             k = tuple(q + i * s for q, i, s in zip(r, j, stride))
-            shift = [(0, 0, 0)] * 2 + [(i, n - o - i, 0) for i, n, o in zip(j, rows, out)]
+            shift = per_axis([(i, n - o - i, 0) for i, n, o in zip(j, rows, out)], (0, 0, 0))
             acc = acc + lax.pad(won[k], zero, shift)
         return acc
 
@@ -599,24 +632,30 @@ def _max_pool_backward(p, x, y, dy):
         """The phases r + (0..s-1, ...) of one axis woven into its full length."""
         if axis == len(kernel):
             return phase(r)
-        d = 2 + axis
+        d = spatial[axis]
         parts = jnp.stack([interleave(r + (q,), axis + 1) for q in range(stride[axis])], d + 1)
         return parts.reshape(parts.shape[:d] + (-1,) + parts.shape[d + 2:])
 
     dxp = interleave((), 0)
-    crop = (slice(None),) * 2 + tuple(slice(q, q + d) for q, d in zip(pad, x.shape[2:]))
-    return dxp[crop]
+    return dxp[tuple(per_axis([slice(q, q + x.shape[a]) for q, a in zip(pad, spatial)],
+                              slice(None)))]
 
 
-def _pool_backward_lower(p, ctx, dy, *read):
+def _pool_backward_lower(p, ctx, dy, *read, channels_last=False):
     if p.pool_type == "max":
         x, y = read
-        return _max_pool_backward(p, x, y, dy)
-    in_shape = read[0].shape if read else _pool_input_shape(p, dy.shape)
-    kernel, stride, pad, out, extra = _pool_geometry(p, in_shape)
+        return _max_pool_backward(p, x, y, dy, channels_last)
+    nchw = _nchw_shape if channels_last else tuple
+    in_nchw = nchw(read[0].shape) if read else _pool_input_shape(p, nchw(dy.shape))
+    kernel, stride, pad, out, extra = _pool_geometry(p, in_nchw)
     if p.pool_type == "avg":
-        dy = dy / _avg_divisor(p, in_shape[2:], kernel, stride, pad, out).astype(dy.dtype)
+        div = _avg_divisor(p, in_nchw[2:], kernel, stride, pad, out).astype(dy.dtype)
+        dy = dy / (div[..., None] if channels_last else div)
     window, strides, padding = _window_args(kernel, stride, pad, extra)
+    in_shape = in_nchw
+    if channels_last:
+        window, strides, padding = _nhwc_order(window), _nhwc_order(strides), _nhwc_order(padding)
+        in_shape = _nhwc_order(in_nchw)
     # the window sum is linear: its transpose spreads each dy over its window
     summed = lambda v: lax.reduce_window(v, np.zeros((), dy.dtype), lax.add, window,
                                          strides, padding)
@@ -637,6 +676,8 @@ register(OpDef(
     arguments=lambda p: ["ograd_output"] + [f"in_{a}" if a == "data" else "out_output"
                                              for a in _pool_backward_reads(p)],
     outputs=("grad_data",), lower=_pool_backward_lower, infer_shape=_pool_backward_shape,
+    channels_last=lambda p, ctx, dy, *read: _pool_backward_lower(p, ctx, dy, *read,
+                                                                  channels_last=True),
     doc="Gradient of Pooling; max reads input and output, avg/sum the output gradient "
         "(and the input for its shape where strides hide it)."))
 
@@ -733,11 +774,13 @@ _bn = register(OpDef(
     ]))
 
 
+def _nhwc_axis(p):
+    """``p`` with its NCHW ``axis`` moved to where it is in NHWC."""
+    return Params(p, axis=NHWC_AXIS[_axis(p.axis, 4, "axis")])
+
+
 def _bn_channels_last(p, ctx, x, *rest):
-    """BatchNorm over channel axis 1 of an NHWC tensor: axis 3 there."""
-    if x.ndim != 4 or _axis(p.axis, 4, "axis") != 1:
-        raise ShapeError("channels-last BatchNorm needs a 4-D input normalised over axis 1")
-    return _bn_lower(Params(p, axis=3), ctx, x, *rest)
+    return _bn_lower(_nhwc_axis(p), ctx, x, *rest)
 
 
 _bn.channels_last = _bn_channels_last
@@ -769,7 +812,9 @@ def _bn_backward_shape(p, s):
 
 # reads data, gamma and the saved mean / inverse std -- not the output
 register_backward(_bn, reads_inputs=(0, 1), reads_outputs=(1, 2), reads_ograds=(0,),
-                  lower=_bn_backward, infer_shape=_bn_backward_shape)
+                  lower=_bn_backward, infer_shape=_bn_backward_shape,
+                  channels_last=lambda p, ctx, og, ins, outs: _bn_backward(
+                      _nhwc_axis(p), ctx, og, ins, outs))
 
 
 # --------------------------------------------------------------------------

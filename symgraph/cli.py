@@ -43,12 +43,38 @@ def parse_shapes(items) -> dict:
         if not sep or not name.strip():
             raise UsageError(f"bad --shape {item!r}: expected NAME=D1,D2,... such as "
                              f"data=64,3,224,224")
+        if name.strip() in shapes:
+            raise UsageError(f"bad --shape {item!r}: {name.strip()!r} is given twice")
         try:
             shapes[name.strip()] = parse_dims(dims)
         except ValueError as err:
             raise UsageError(f"bad --shape {item!r}: {err}; expected NAME=D1,D2,... such "
                              f"as data=64,3,224,224") from None
     return shapes
+
+
+def check_net_file(path) -> str:
+    """``path`` as a string if it names a file to read; a one-line
+    SymgraphError if it is missing or a folder."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise SymgraphError(f"cannot read {path}: no such file")
+    if os.path.isdir(path):
+        raise SymgraphError(f"cannot read {path}: it is a folder, not a symbol JSON file")
+    return path
+
+
+def load_net(path):
+    """The Symbol in an MXNet symbol-JSON file, for the commands that take
+    one: one-line errors for a path that cannot be read, serialize's errors
+    for a bad file."""
+    path = check_net_file(path)
+    from .serialize import load
+    try:
+        return load(path)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
+        # json.JSONDecodeError is a ValueError; serialize names most problems itself
+        raise SymgraphError(f"cannot load {path}: {type(err).__name__}: {err}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

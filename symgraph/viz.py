@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .errors import GraphError, ShapeError, SymgraphError
+from .errors import ShapeError, SymgraphError
 from .graph import Entry, Graph, Node
 from .util import atomic_write_bytes, atomic_write_text
 
@@ -846,27 +846,17 @@ def add_arguments(parser) -> None:
 
 
 def load_net(path):
-    """The Symbol in an MXNet symbol-JSON file; a one-line VizError if the
-    file is missing, and serialize's errors for a bad file."""
-    _check_readable(path)
-    from .serialize import load
-    return load(os.fspath(path))
-
-
-def _check_readable(path) -> None:
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise VizError(f"cannot read {path}: no such file")
-    if os.path.isdir(path):
-        raise VizError(f"cannot read {path}: it is a folder, not a symbol JSON file")
+    """The Symbol in an MXNet symbol-JSON file (``symgraph.cli.load_net``)."""
+    from .cli import load_net as load
+    return load(path)
 
 
 def run(args) -> int:
     """``symgraph viz``: writes the picture, prints its path; 0 on success."""
-    from .cli import parse_shapes
+    from .cli import check_net_file, parse_shapes
 
     out = args.output or os.path.splitext(args.net)[0] + ".svg"
-    _check_readable(args.net)  # a missing input is named before its default output
+    check_net_file(args.net)  # a missing input is named before its default output
     output_format(out)  # an unknown extension fails before any work
     shape = parse_shapes(args.shape)
     if args.plan and not shape:

@@ -158,6 +158,18 @@ def test_missing_file(capsys, tmp_path):
                    match="no such file")
 
 
+def test_a_folder_or_an_empty_file_is_named_as_such(capsys, tmp_path):
+    one_line_error(capsys, str(tmp_path), "--shape", "data=8,784", match="it is a folder")
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    one_line_error(capsys, str(empty), "--shape", "data=8,784", match="empty; expected MXNet")
+
+
+def test_a_shape_given_twice(capsys, net_file):
+    one_line_error(capsys, net_file, "--shape", "data=8,784", "--shape", "data=4,784",
+                   match="'data' is given twice")
+
+
 def test_negative_match_range(capsys, net_file):
     one_line_error(capsys, net_file, "--shape", "data=8,784", "--match-range", "-1",
                    match="--match-range must be >= 0")

@@ -16,8 +16,7 @@ from __future__ import annotations
 import json
 import os
 
-from ..cli import UsageError, parse_shapes
-from ..errors import SymgraphError
+from ..cli import UsageError, load_net, parse_shapes
 from .planner import PLACED
 
 
@@ -72,17 +71,6 @@ def _write_outputs(plan, args) -> None:
     if args.plot is not None:
         from ..viz import plot_timeline
         plot_timeline(plan, args.plot)  # written atomically
-
-
-def load_net(path: str):
-    """The Symbol in an MXNet symbol-JSON file; SymgraphError if unreadable."""
-    if not os.path.isfile(path):
-        raise SymgraphError(f"cannot read {path}: no such file")
-    from ..symbol import load
-    try:
-        return load(path)
-    except (ValueError, KeyError, TypeError) as err:  # json.JSONDecodeError is a ValueError
-        raise SymgraphError(f"cannot load {path}: {type(err).__name__}: {err}") from None
 
 
 def run(args) -> int:

@@ -41,7 +41,9 @@ PUBLISHED = {
 #     minus projection BNs 128+256+512, plus 512 + 3  -> -829 channels
 #   bottleneck: inputs 64+256+512+1024 minus widths 256+512+1024+2048, minus
 #     projection BNs of the same widths, plus 2048 + 3 -> -3773 channels
-RESNET_V2 = {18: 11_689_512 - 2 * 829, 34: 21_797_672 - 2 * 829,
+# basic blocks (18/34) also get MXNet's stage-1 projection, a 64x64 1x1
+# convolution without bias: +4,096
+RESNET_V2 = {18: 11_689_512 - 2 * 829 + 4_096, 34: 21_797_672 - 2 * 829 + 4_096,
              50: 25_557_032 - 2 * 3773, 101: 44_549_160 - 2 * 3773,
              152: 60_192_808 - 2 * 3773}
 for _d, _n in RESNET_V2.items():
@@ -133,10 +135,16 @@ def test_names_follow_mxnet_example_symbols():
     assert aux[0] == "bn_data_moving_mean" and "bn1_moving_var" in aux
 
 
-def test_resnet_shortcuts_project_only_where_shapes_change():
-    args = get_model("resnet-18").list_arguments()
-    assert "stage1_unit1_sc_weight" not in args  # 64 -> 64, stride 1: identity
-    assert "stage2_unit1_sc_weight" in args
+def test_resnet_shortcuts_v1_as_the_papers_v2_as_mxnet():
+    """v1 projects only where shapes change (the papers' counts); v2 projects
+    in every stage's first unit, as MXNet's resnet.py, so its checkpoints'
+    parameter names match."""
+    v1 = get_model("resnet-v1-18").list_arguments()
+    assert "stage1_unit1_conv1sc_weight" not in v1  # 64 -> 64, stride 1: identity
+    assert "stage2_unit1_conv1sc_weight" in v1
+    v2 = parameter_shapes(get_model("resnet-18"), (3, 224, 224))
+    assert v2["stage1_unit1_sc_weight"] == (64, 64, 1, 1)
+    assert "stage2_unit1_sc_weight" in v2
     shapes = parameter_shapes(get_model("resnet-50"), (3, 224, 224))
     assert shapes["stage1_unit1_sc_weight"] == (256, 64, 1, 1)
     assert shapes["stage4_unit1_conv2_weight"] == (512, 512, 3, 3)

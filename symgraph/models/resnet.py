@@ -16,11 +16,12 @@ Parameter counts (convolution weights, BN gamma and beta, the classifier;
 not the moving statistics), 1000 classes at 224x224, v1: ResNet-18
 11,689,512; 34 21,797,672; 50 25,557,032; 101 44,549,160; 152 60,192,808 --
 the published counts; CIFAR ResNet-20 v1 272,474 (the paper's 269,722
-plus 2,752 for its two projection shortcuts). v2 differs only in BatchNorm placement (one BN before
-each unit instead of after each convolution, a final BN, ``bn_data``).
-One deliberate difference from MXNet's files: the first unit of a stage
-uses an identity shortcut where input and output shapes agree (stage 1 of
-the basic-block nets), as the papers do; MXNet's files project there too.
+plus 2,752 for its two projection shortcuts). v2 differs in BatchNorm
+placement (one BN before each unit instead of after each convolution, a
+final BN, ``bn_data``) and, as MXNet's ``resnet.py`` does, projects the
+shortcut of every stage's first unit, so MXNet's checkpoints load: stage 1
+of the basic-block nets gets a 1x1 convolution (ResNet-18/34 v2: +4,096
+parameters; CIFAR: +256) where v1, like the papers, keeps the identity.
 """
 from __future__ import annotations
 
@@ -115,10 +116,9 @@ def resnet(units, filter_list, num_classes: int, image_shape, bottle_neck: bool 
     channels = filter_list[0]
     for i, n in enumerate(units):
         stride = (1, 1) if i == 0 else (2, 2)
-        # identity shortcut where the shapes allow, as in the papers (MXNet's
-        # files always project in unit 1, which adds a 1x1 convolution to
-        # stage 1 of ResNet-18/34 and of the basic-block CIFAR nets)
-        same = stride == (1, 1) and channels == filter_list[i + 1]
+        # v1: identity shortcut where the shapes allow, as in the papers;
+        # v2: a projection in every first unit, as MXNet's resnet.py
+        same = version == 1 and stride == (1, 1) and channels == filter_list[i + 1]
         body = unit(body, filter_list[i + 1], stride, same, f"stage{i + 1}_unit1", bottle_neck)
         channels = filter_list[i + 1]
         for j in range(n - 1):

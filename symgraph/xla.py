@@ -186,6 +186,26 @@ def training_step(plan, lr: float = 0.01, measures=()) -> Step:
     return Step(step, args, (0, 1) if "donate" in ms else (), _options(ms))
 
 
+def graph_step_measures() -> tuple:
+    """The measures ``graph_step`` takes."""
+    return tuple(m for m in MEASURES if m != "donate")
+
+
+def graph_step(graph: Graph, inferred, train: bool, measures=()) -> Step:
+    """The planned graph itself, lowered: forward (and in training the
+    explicit backward, whose outputs include the gradients), no update --
+    the program whose figures ``sg.plan(..., xla=True)`` and ``symgraph
+    plan`` report. ``fn(feeds, key)``; ``measures``: any of ``MEASURES``
+    but ``donate`` (nothing is updated in place)."""
+    ms = _measures(measures)
+    if "donate" in ms:
+        raise XlaError("the measure donate applies to training_step (parameter updates), "
+                       "not to the planned graph")
+    run = lower(graph, train, anchor=_anchor(ms), layout=_layout(ms))
+    feeds = _structs(graph, inferred, {n.name for n in graph.variables})
+    return Step(run, (feeds, jax.random.key(0)), (), _options(ms))
+
+
 def _gradient_names(plan) -> list:
     """The parameter each gradient output belongs to: ``build_gradient``
     appends them in ``wrt`` order, and the plan's ``wrt`` is the default."""

@@ -203,3 +203,27 @@ def test_planner_speed_benchmark_bad_sizes(capsys):
     code = main(["bench", "planner", "--sizes", "ten"])
     _, err = capsys.readouterr()
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--sizes" in err
+
+
+def test_measures_and_breakdown(capsys, net_file):
+    """--measures changes the program XLA's figures are for and says so;
+    --breakdown shows what XLA's temp holds (text and JSON)."""
+    assert main(["plan", net_file, "--shape", "data=8,784", "--train",
+                 "--measures", "anchor,scheduler", "--breakdown"]) == 0
+    out = capsys.readouterr().out
+    assert "xla memory_analysis with anchor+scheduler: temp" in out
+    assert "XLA temp" in out and "live at its busiest step" in out
+    assert main(["plan", net_file, "--shape", "data=8,784", "--json", "--breakdown",
+                 "--measures", "scheduler"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["xla_measures"] == ["scheduler"]
+    assert doc["xla_breakdown"]["temp"] == doc["xla"]["temp"] > 0
+
+
+def test_bad_measures(capsys, net_file):
+    one_line_error(capsys, net_file, "--shape", "data=8,784", "--measures", "remat",
+                   match="unknown measure(s) remat")
+    one_line_error(capsys, net_file, "--shape", "data=8,784", "--measures", "donate",
+                   match="unknown measure(s) donate")
+    one_line_error(capsys, net_file, "--shape", "data=8,784", "--breakdown", "--no-xla",
+                   match="drop --no-xla")

@@ -178,10 +178,18 @@ def test_plan_xla_memory_takes_the_measures():
     from symgraph.memory import xla_memory
     p = plan(vgg_like(), {"data": (BATCH,) + SHAPE}, train=True)
     plain = xla_memory(p.graph, p.inferred, True)
-    both = xla_memory(p.graph, p.inferred, True, anchor="weights",
-                      compiler_options=xla.SCHEDULER_OPTIONS)
+    both = xla_memory(p.graph, p.inferred, True, ("anchor_weights", "scheduler"))
     assert plain["temp"] > 0 and both["temp"] > 0
     assert both["argument"] == plain["argument"] and both["output"] == plain["output"]
+    assert set(plain) == {"temp", "argument", "output", "alias"}
+    # sg.plan records the measures with the figures
+    q = plan(vgg_like(), {"data": (BATCH,) + SHAPE}, train=True, xla=True,
+             xla_measures=("anchor_weights", "scheduler"))
+    assert q.xla == both and q.to_json()["xla_measures"] == ["anchor_weights", "scheduler"]
+    assert "xla_measures" not in p.to_json()
+    assert "with anchor_weights+scheduler" in q.report()
+    with pytest.raises(xla.XlaError, match="donate"):
+        xla_memory(p.graph, p.inferred, True, ("donate",))
 
 
 CHANNELS_LAST = [(op, i, s) for op in all_opdefs() if op.channels_last is not None

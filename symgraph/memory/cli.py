@@ -32,6 +32,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-xla", action="store_true",
                         help="do not compile the lowered program for XLA's figures")
+    parser.add_argument("--measures", default="", metavar="LIST",
+                        help="XLA's figures for the program lowered with these memory "
+                             "measures, comma-separated: scheduler, anchor, anchor_weights, "
+                             "channels_last (docs/memory.md, 'Plan vs XLA')")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also show what XLA's temp holds at its busiest step: the "
+                             "largest buffers, their kind and role, the node that made them")
     parser.add_argument("--schedule", default="dfs", choices=("dfs", "memory"),
                         help="execution order planned for (default: dfs, MXNet's order)")
     parser.add_argument("--no-fuse", action="store_true", help="do not fuse elementwise chains")
@@ -81,15 +88,43 @@ def run(args) -> int:
     if args.match_range < 0:
         raise UsageError(f"plan: --match-range must be >= 0, got {args.match_range}")
     _check_output_options(args)
+    measures = _measures(args)
     net = load_net(args.net)
     from .pipeline import plan
     p = plan(net, shapes, train=args.train, strategy=args.strategy,
              outputs=args.output, fuse=not args.no_fuse, schedule=args.schedule,
              match_range=args.match_range, execute=args.execute, xla=not args.no_xla,
-             name=os.path.splitext(os.path.basename(args.net))[0])
+             xla_measures=measures, name=os.path.splitext(os.path.basename(args.net))[0])
+    breakdown = None
+    if args.breakdown:
+        from .. import xla
+        breakdown = xla.memory_breakdown(
+            xla.graph_step(p.graph, p.inferred, p.train, measures), graph=p)
     if args.json:
-        print(json.dumps(p.to_json()))
+        doc = p.to_json()
+        if breakdown is not None:
+            doc["xla_breakdown"] = breakdown.to_json(top=BREAKDOWN_ROWS)
+        print(json.dumps(doc))
     else:
         print(p.report())
+        if breakdown is not None:
+            print()
+            print(breakdown.table(top=BREAKDOWN_ROWS))
     _write_outputs(p, args)
     return 0
+
+
+BREAKDOWN_ROWS = 15
+
+
+def _measures(args) -> tuple:
+    """``--measures`` as a tuple of names, checked before any planning."""
+    names = tuple(m.strip() for m in args.measures.split(",") if m.strip())
+    if (names or args.breakdown) and args.no_xla:
+        raise UsageError("plan: --measures and --breakdown need XLA's figures; drop --no-xla")
+    from ..xla import graph_step_measures
+    bad = sorted(set(names) - set(graph_step_measures()))
+    if bad:
+        raise UsageError(f"plan: unknown measure(s) {', '.join(bad)}; choose from "
+                         f"{', '.join(graph_step_measures())}")
+    return names

@@ -218,7 +218,7 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
          label_names=None, fuse: bool = True, schedule="dfs",
          match_range: int = DEFAULT_MATCH_RANGE, parallel_safe: bool = True,
          verify: bool = True, execute: bool = False, xla: bool = False,
-         name: str | None = None) -> Plan:
+         xla_measures=(), name: str | None = None) -> Plan:
     """Plans the memory of ``net`` (a Symbol or Graph) for input ``shapes``.
 
     train: plan the training graph (forward + the gradients of ``wrt``,
@@ -237,7 +237,8 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
     verify: run the static overlap check on every strategy (on by default;
         a plan is only reported verified). execute: also run the arena
         interpreter for every strategy (needs real arrays: small shapes).
-    xla: compile the lowered program and record XLA's memory_analysis().
+    xla: compile the lowered program and record XLA's memory_analysis()
+        (``xla_measures``: with these ``symgraph.xla`` memory measures).
     """
     if strategy not in PLACED:
         if strategy == "lower_bound":
@@ -259,7 +260,9 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
         for s in PLACED:
             result.check_arena(s)
     if xla:
-        result.xla = xla_memory(result.graph, result.inferred, train)
+        result.xla = xla_memory(result.graph, result.inferred, train, xla_measures)
+        if xla_measures:
+            result.options["xla_measures"] = list(xla_measures)
     return result
 
 
@@ -330,32 +333,15 @@ def _check_order(a: dict, lb: int) -> None:
             raise PlanError(f"planner bug: {n1} ({v1} bytes) above {n2} ({v2} bytes)")
 
 
-def xla_memory(graph: Graph, inf: Inferred, train: bool, anchor: str | None = None,
-               compiler_options: dict | None = None) -> dict | None:
+def xla_memory(graph: Graph, inf: Inferred, train: bool, measures=()) -> dict | None:
     """XLA's ``memory_analysis()`` of the lowered program for ``graph``
-    (variables fed as ShapeDtypeStructs): temp, argument, output and alias
-    bytes; None when the backend gives nothing (None, or temp, argument and
-    output all 0 or -1), a field of -1 is None. ``anchor`` and
-    ``compiler_options``: memory measures (``lower``'s ``anchor``; e.g.
-    ``symgraph.xla.SCHEDULER_OPTIONS``), off by default; see
-    docs/memory.md ("Plan vs XLA")."""
-    import jax
-    import jax.numpy as jnp
-
-    from ..lower import lower
-    feeds = {}
-    for n in graph.variables:
-        eid = graph.entry_id_of_node(n)
-        feeds[n.name] = jax.ShapeDtypeStruct(inf.shapes[eid], jnp.dtype(inf.dtypes[eid]))
-    compiled = jax.jit(lower(graph, train, anchor)).lower(feeds, jax.random.key(0)).compile(
-        compiler_options or None)
-    ma = compiled.memory_analysis()
-    if ma is None:
+    (``symgraph.xla.graph_step``): temp, argument, output and alias bytes;
+    None when the backend gives nothing (temp, argument and output all 0 or
+    unknown), a field it does not know is None. ``measures``: memory
+    measures of ``symgraph.xla`` (off by default; docs/memory.md, "Plan vs
+    XLA")."""
+    from .. import xla
+    m = xla.memory(xla.graph_step(graph, inf, train, measures))
+    if m is None or not any(m[k] for k in ("temp", "argument", "output")):
         return None
-    vals = {"temp": getattr(ma, "temp_size_in_bytes", -1),
-            "argument": getattr(ma, "argument_size_in_bytes", -1),
-            "output": getattr(ma, "output_size_in_bytes", -1),
-            "alias": getattr(ma, "alias_size_in_bytes", -1)}
-    if all((vals[k] is None or vals[k] <= 0) for k in ("temp", "argument", "output")):
-        return None
-    return {k: (int(v) if v is not None and v >= 0 else None) for k, v in vals.items()}
+    return {k: m[k] for k in ("temp", "argument", "output", "alias")}

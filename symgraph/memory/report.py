@@ -10,7 +10,9 @@ The JSON form is exactly::
      "verified": true}
 
 ``shapes`` are the input shapes the plan was made for (as given), ``xla``
-the compiled program's ``memory_analysis()`` (null when not computed).
+the compiled program's ``memory_analysis()`` (null when not computed). A
+plan whose XLA figures were taken with memory measures (``symgraph plan
+--measures``) adds ``"xla_measures": [names]``.
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ def report_json(plan) -> dict:
         "xla": None if plan.xla is None else {k: plan.xla[k] for k in
                                               ("temp", "argument", "output", "alias")},
         "verified": True,
-    }
+    } | ({"xla_measures": list(plan.options["xla_measures"])}
+         if plan.options.get("xla_measures") else {})
 
 
 def _mib(b) -> str:
@@ -101,6 +104,10 @@ def report_text(plan) -> str:
         lines.append("xla: not computed")
     else:
         x = plan.xla
-        lines.append("xla memory_analysis: " + ", ".join(
-            f"{k} {_mib(x[k])} MiB" for k in ("temp", "argument", "output", "alias")))
+        measures = plan.options.get("xla_measures")
+        ratio = (f" (temp {x['temp'] / plan.internal['arena']:.2f}x the arena)"
+                 if x["temp"] and plan.internal["arena"] else "")
+        lines.append(f"xla memory_analysis{' with ' + '+'.join(measures) if measures else ''}: "
+                     + ", ".join(f"{k} {_mib(x[k])} MiB"
+                                 for k in ("temp", "argument", "output", "alias")) + ratio)
     return "\n".join(lines)

@@ -214,7 +214,8 @@ def _to_nchw(x):
 class ChannelsLastInterpreter(JaxInterpreter):
     """The JAX lowering with 4-D activations kept channels-last (NHWC)
     between ops that have a ``channels_last`` lowering (Convolution,
-    Pooling, BatchNorm, Concat) and layout-free elementwise ops; any other
+    Pooling, BatchNorm, Concat and their backward ops) and layout-free
+    elementwise ops (every input the same shape); any other
     op gets its inputs back in NCHW, and so do the graph's outputs. XLA's
     CPU convolutions work in NHWC: with NCHW tensors it keeps a transposed
     copy of each activation it converts. Results are the same up to float

@@ -13,3 +13,26 @@ def load_script(*parts):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def train_mean_loss(context, **module_kwargs):
+    """A Module trained 3 steps (SGD, lr 0.1) on a net whose output is a mean
+    squared error (no loss head: the head gradient is fed), float64, batch 8,
+    fixed data and initial weights: runs that should agree can be compared."""
+    import numpy as np
+
+    import symgraph as sg
+    S = sg.sym
+    x = S.FullyConnected(S.Variable("data"), num_hidden=1, name="fc")
+    net = S.mean(S.square(x - S.Variable("softmax_label")))
+    rng = np.random.default_rng(0)
+    data = [sg.io.DataBatch([rng.normal(size=(8, 3))], [rng.normal(size=(8, 1))])
+            for _ in range(3)]
+    mod = sg.mod.Module(net, context=context, **module_kwargs)
+    mod.bind([sg.io.DataDesc("data", (8, 3), "float64")],
+             [sg.io.DataDesc("softmax_label", (8, 1), "float64")])
+    mod.init_params(sg.init.Xavier(), seed=0)
+    mod.init_optimizer(optimizer_params={"learning_rate": 0.1, "rescale_grad": 1.0})
+    for b in data:
+        mod.train_step(b)
+    return mod

@@ -17,6 +17,7 @@ from symgraph.errors import BindError, SymgraphError
 from symgraph.parallel import kvstore as kvs
 from symgraph.train import TrainError
 from symgraph.train import checkpoint as ckpt
+from helpers import train_mean_loss
 
 S = sg.sym
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -174,22 +175,7 @@ def test_data_parallel_float32_tolerance_and_split_api():
 def test_scalar_loss_output_is_averaged_over_devices():
     """A net whose output is a mean loss (no loss head) trains the same on
     one device and on four."""
-    x = S.FullyConnected(S.Variable("data"), num_hidden=1, name="fc")
-    net = S.mean(S.square(x - S.Variable("softmax_label")))
-    shape = (3,)
-    rng = np.random.default_rng(0)
-    data = [sg.io.DataBatch([rng.normal(size=(8, 3))], [rng.normal(size=(8, 1))])
-            for _ in range(3)]
-    mods = []
-    for n in (1, 4):
-        mod = sg.mod.Module(net, context=[sg.cpu(i) for i in range(n)])
-        mod.bind([sg.io.DataDesc("data", (8, 3), "float64")],
-                 [sg.io.DataDesc("softmax_label", (8, 1), "float64")])
-        mod.init_params(sg.init.Xavier(), seed=0)
-        mod.init_optimizer(optimizer_params={"learning_rate": 0.1, "rescale_grad": 1.0})
-        for b in data:
-            mod.train_step(b)
-        mods.append(mod)
+    mods = [train_mean_loss([sg.cpu(i) for i in range(n)]) for n in (1, 4)]
     assert_params_close(params_of(mods[0]), params_of(mods[1]))
     assert mods[1].get_outputs()[0].shape == (1,)  # a mean: no batch axis
 

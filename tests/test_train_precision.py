@@ -10,8 +10,9 @@ import symgraph as sg
 from symgraph.train import TrainError
 from symgraph.train.step import LOSS_SCALE_STATE
 
+from helpers import load_script, train_mean_loss
+
 S = sg.sym
-from helpers import load_script
 
 
 def mlp():
@@ -126,21 +127,8 @@ def test_dynamic_scaling_divides_back_exactly():
 
 def test_scale_of_a_non_loss_output_divides_back():
     # a mean loss (no loss head): the head gradient carries the scale
-    x = S.FullyConnected(S.Variable("data"), num_hidden=1, name="fc")
-    net = S.mean(S.square(x - S.Variable("softmax_label")))
-    rng = np.random.default_rng(0)
-    data = [sg.io.DataBatch([rng.normal(size=(8, 3))], [rng.normal(size=(8, 1))])
-            for _ in range(3)]
-    params = []
-    for scale in (1.0, sg.mod.DynamicLossScale(init_scale=2.0 ** 10)):
-        mod = sg.mod.Module(net, context=[sg.cpu(0), sg.cpu(1)], loss_scale=scale)
-        mod.bind([sg.io.DataDesc("data", (8, 3), "float64")],
-                 [sg.io.DataDesc("softmax_label", (8, 1), "float64")])
-        mod.init_params(sg.init.Xavier(), seed=0)
-        mod.init_optimizer(optimizer_params={"learning_rate": 0.1, "rescale_grad": 1.0})
-        for b in data:
-            mod.train_step(b)
-        params.append(snapshot(mod))
+    params = [snapshot(train_mean_loss([sg.cpu(0), sg.cpu(1)], loss_scale=scale))
+              for scale in (1.0, sg.mod.DynamicLossScale(init_scale=2.0 ** 10))]
     assert_same(*params)
 
 

@@ -25,12 +25,14 @@ from .graph import Entry, Graph, Node
 class LowerCtx:
     """What an op's lowering may know besides its inputs."""
 
-    __slots__ = ("is_train", "_key", "node_name")
+    __slots__ = ("is_train", "_key", "node_name", "wgrad_chunks")
 
-    def __init__(self, is_train: bool, key=None, node_name: str = ""):
+    def __init__(self, is_train: bool, key=None, node_name: str = "", wgrad_chunks: int = 1):
         self.is_train = is_train
         self._key = key
         self.node_name = node_name
+        # > 1: weight gradients summed over this many batch slices in a loop
+        self.wgrad_chunks = wgrad_chunks
 
     def rng(self):
         """A PRNG key private to this node (derived from the node's name)."""
@@ -118,14 +120,18 @@ def _node_of(g: Graph, eid: int) -> int:
 class JaxInterpreter(Interpreter):
     """Evaluates each node with its op's JAX lowering; collects aux updates."""
 
-    def __init__(self, graph: Graph, is_train: bool, key=None, anchor: str | None = None):
+    def __init__(self, graph: Graph, is_train: bool, key=None, anchor: str | None = None,
+                 wgrad_chunks: int = 1):
         super().__init__(graph)
         if anchor is not None and anchor not in ANCHORS:
             raise SymgraphError(f"anchor={anchor!r}; use None or one of "
                                 f"{', '.join(map(repr, ANCHORS))}")
+        if not isinstance(wgrad_chunks, int) or wgrad_chunks < 1:
+            raise SymgraphError(f"wgrad_chunks={wgrad_chunks!r}; use a positive integer")
         self.is_train = is_train
         self.key = key
         self.anchor = anchor
+        self.wgrad_chunks = wgrad_chunks
         self.aux_updates: dict[str, object] = {}
 
     def eval_node(self, node, inputs):
@@ -134,7 +140,7 @@ class JaxInterpreter(Interpreter):
     def apply(self, node, lowering, inputs):
         """``lowering(params, ctx, *inputs)`` for ``node``: its outputs as a
         list, aux updates collected, errors naming the node."""
-        ctx = LowerCtx(self.is_train, self.key, node.name)
+        ctx = LowerCtx(self.is_train, self.key, node.name, self.wgrad_chunks)
         if len(inputs) > 1 and _anchored(self.anchor, node.op.name):
             inputs = _anchor(inputs)
         try:
@@ -251,7 +257,7 @@ LAYOUTS = {"NCHW": JaxInterpreter, "NHWC": ChannelsLastInterpreter}
 
 
 def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
-          layout: str = "NCHW"):
+          layout: str = "NCHW", wgrad_chunks: int = 1):
     """Graph -> pure function ``f(feeds, key) -> (outputs, aux_updates)``.
 
     ``feeds`` maps variable names (and optionally ``entry_key``s of inner
@@ -261,19 +267,22 @@ def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
     gradient, ``'weights'`` only those of Convolution, Deconvolution and
     FullyConnected, so XLA cannot compute from saved activations early;
     ``layout='NHWC'`` keeps 4-D activations channels-last inside the
-    program (``ChannelsLastInterpreter``); feeds and outputs stay NCHW.
+    program (``ChannelsLastInterpreter``); feeds and outputs stay NCHW;
+    ``wgrad_chunks=k`` sums the weight gradients of Convolution and
+    Deconvolution over k batch slices in a loop, so the batch-minor copies
+    XLA's CPU convolutions make for them are 1/k the size.
     """
     if layout not in LAYOUTS:
         raise SymgraphError(f"layout={layout!r}; use one of {', '.join(map(repr, LAYOUTS))}")
     interpreter = LAYOUTS[layout]
 
     def fn(feeds, key=None):
-        interp = interpreter(graph, is_train, key, anchor)
+        interp = interpreter(graph, is_train, key, anchor, wgrad_chunks)
         outs = interp.run(feeds)
         return outs, interp.aux_updates
     return fn
 
 
 def lower_jit(graph: Graph, is_train: bool = False, anchor: str | None = None,
-              layout: str = "NCHW", **jit_kwargs):
-    return jax.jit(lower(graph, is_train, anchor, layout), **jit_kwargs)
+              layout: str = "NCHW", wgrad_chunks: int = 1, **jit_kwargs):
+    return jax.jit(lower(graph, is_train, anchor, layout, wgrad_chunks), **jit_kwargs)

@@ -49,6 +49,11 @@ Measures (``MEASURES``), each an option of ``training_step`` (only
   ops and elementwise ops inside the program, so XLA's CPU convolutions
   need no transposed copy of them (inputs and outputs stay NCHW); with
   ``SINGLE_OP_FUSIONS``, so that XLA's temp still counts every activation.
+- ``split_wgrad``: ``lower(..., wgrad_chunks=WGRAD_CHUNKS)``: the weight
+  gradient of each Convolution and Deconvolution is summed over batch
+  halves in a loop. XLA's CPU convolution computes it from batch-minor
+  copies of the activation and of the incoming gradient (whatever the
+  layout); in the loop each copy is half the size. Training only.
 
 ``best_step`` compiles a list of measure sets and keeps the one with the
 least temp: XLA's scheduling is heuristic, and which measure wins differs
@@ -72,7 +77,19 @@ from .graph import Graph
 from .lower import lower
 
 MIB = 2 ** 20
-MEASURES = ("scheduler", "donate", "anchor", "anchor_weights", "channels_last")
+MEASURES = ("scheduler", "donate", "anchor", "anchor_weights", "channels_last", "split_wgrad")
+# the measure sets best_step tries by default: each won on some net, or
+# brought a small test net within its target (docs/memory.md, "Plan vs XLA")
+TRAIN_CANDIDATES = ((), ("scheduler",), ("anchor",), ("anchor_weights",),
+                    ("anchor_weights", "scheduler"), ("channels_last", "anchor"),
+                    ("channels_last", "anchor_weights"),
+                    ("channels_last", "split_wgrad", "anchor"),
+                    ("channels_last", "split_wgrad", "anchor_weights"),
+                    ("channels_last", "split_wgrad", "scheduler"))
+INFER_CANDIDATES = ((), ("scheduler",), ("channels_last",), ("channels_last", "scheduler"))
+# split_wgrad's batch slices: halves already take the copies off the zoo
+# nets' peaks (VGG-16 training: 2, 4, 8 and 16 slices give the same temp)
+WGRAD_CHUNKS = 2
 SCHEDULER_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
 # XLA's CPU backend hands convolutions and dots to YNNPACK one op at a time:
 # with channels-last activations it would otherwise fuse whole convolution
@@ -150,8 +167,11 @@ def _anchor(ms: set):
     return "backward" if "anchor" in ms else "weights" if "anchor_weights" in ms else None
 
 
-def _layout(ms: set) -> str:
-    return "NHWC" if "channels_last" in ms else "NCHW"
+def _lower(graph: Graph, train: bool, ms: set):
+    """``f(feeds, key)`` of the graph, lowered with the measures ``ms``."""
+    return lower(graph, train, anchor=_anchor(ms),
+                 layout="NHWC" if "channels_last" in ms else "NCHW",
+                 wgrad_chunks=WGRAD_CHUNKS if "split_wgrad" in ms else 1)
 
 
 def _options(ms: set) -> dict:
@@ -174,7 +194,7 @@ def training_step(plan, lr: float = 0.01, measures=()) -> Step:
     n_fwd = plan.num_forward_outputs
     grad_names = _gradient_names(plan)
     params, aux, batch = _split(g, grad_names)
-    run = lower(g, True, anchor=_anchor(ms), layout=_layout(ms))
+    run = _lower(g, True, ms)
 
     def step(p, a, b, key):
         outs, new_aux = run({**p, **a, **b}, key)
@@ -201,7 +221,7 @@ def graph_step(graph: Graph, inferred, train: bool, measures=()) -> Step:
     if "donate" in ms:
         raise XlaError("the measure donate applies to training_step (parameter updates), "
                        "not to the planned graph")
-    run = lower(graph, train, anchor=_anchor(ms), layout=_layout(ms))
+    run = _lower(graph, train, ms)
     feeds = _structs(graph, inferred, {n.name for n in graph.variables})
     return Step(run, (feeds, jax.random.key(0)), (), _options(ms))
 
@@ -229,7 +249,7 @@ def inference_step(plan, measures=()) -> Step:
     ms = _measures(measures) & {"scheduler", "channels_last"}
     g, inf = plan.graph, plan.inferred
     params, aux, batch = _split(g, [n for n in g.list_arguments() if not _is_batch(n)])
-    run = lower(g, False, layout=_layout(ms))
+    run = _lower(g, False, ms)
 
     def step(p, a, b, key):
         return run({**p, **a, **b}, key)[0]

@@ -17,6 +17,7 @@ import json
 import os
 
 from ..cli import UsageError, load_net, parse_shapes
+from ..xla import graph_step_measures
 from .planner import PLACED
 
 
@@ -34,8 +35,9 @@ def add_arguments(parser) -> None:
                         help="do not compile the lowered program for XLA's figures")
     parser.add_argument("--measures", default="", metavar="LIST",
                         help="XLA's figures for the program lowered with these memory "
-                             "measures, comma-separated: scheduler, anchor, anchor_weights, "
-                             "channels_last (docs/memory.md, 'Plan vs XLA')")
+                             "measures, comma-separated: "
+                             + ", ".join(graph_step_measures())
+                             + " (docs/memory.md, 'Plan vs XLA')")
     parser.add_argument("--breakdown", action="store_true",
                         help="also show what XLA's temp holds at its busiest step: the "
                              "largest buffers, their kind and role, the node that made them")

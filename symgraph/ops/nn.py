@@ -258,11 +258,32 @@ def _conv_channels_last(p, ctx, x, w, b=None):
 _conv.channels_last = _conv_channels_last
 
 
+def _data_and_weight_grads(ctx, f, x, w, dy):
+    """(dx, dw) of ``y = f(x, w)``, linear in each. With
+    ``ctx.wgrad_chunks`` k > 1 the weight gradient is summed over k batch
+    slices in a loop: XLA's CPU convolutions compute it from batch-minor
+    copies of x and dy, and the loop makes those copies 1/k the size (the
+    ``split_wgrad`` memory measure, symgraph/xla.py)."""
+    _, vjp_x = jax.vjp(lambda x: f(x, w), x)
+    dx, = vjp_x(dy)
+    k, n = ctx.wgrad_chunks, x.shape[0]
+    if k <= 1 or n % k or n // k < 2:  # one-image slices: XLA hoists the copy out of the loop
+        _, vjp_w = jax.vjp(lambda w: f(x, w), w)
+        return dx, vjp_w(dy)[0]
+
+    def add_slice(dw, xy):
+        _, vjp_w = jax.vjp(lambda w: f(xy[0], w), w)
+        return dw + vjp_w(xy[1])[0], None
+
+    split = (lambda t: t.reshape((k, n // k) + t.shape[1:]))
+    dw, _ = lax.scan(add_slice, jnp.zeros_like(w), (split(x), split(dy)))
+    return dx, dw
+
+
 # dx = conv^T(dy, w); dw = corr(x, dy); db = sum(dy over batch and space) -- reads x and w
 def _conv_backward(p, ctx, og, ins, outs):
     x, w = ins
-    _, vjp = jax.vjp(lambda x, w: _conv_nobias(p, x, w), x, w)
-    dx, dw = vjp(og[0])
+    dx, dw = _data_and_weight_grads(ctx, lambda x, w: _conv_nobias(p, x, w), x, w, og[0])
     db = None if p.no_bias else og[0].sum(axis=_spatial_axes(og[0].ndim))
     return [dx, dw, db]
 
@@ -277,8 +298,8 @@ def _weighted_backward_shape(p, s):
 
 def _conv_backward_channels_last(p, ctx, og, ins, outs):
     x, w = ins
-    _, vjp = jax.vjp(lambda x, w: _conv_nobias_channels_last(p, x, w), x, w)
-    dx, dw = vjp(og[0])
+    dx, dw = _data_and_weight_grads(ctx, lambda x, w: _conv_nobias_channels_last(p, x, w),
+                                    x, w, og[0])
     return [dx, dw, None if p.no_bias else og[0].sum(axis=(0, 1, 2))]
 
 
@@ -378,8 +399,7 @@ _deconv = register(OpDef(
 # dx = conv(dy, w) (the adjoint of the transposed conv); dw likewise; db = sum(dy)
 def _deconv_backward(p, ctx, og, ins, outs):
     x, w = ins
-    _, vjp = jax.vjp(lambda x, w: _deconv_nobias(p, x, w), x, w)
-    dx, dw = vjp(og[0])
+    dx, dw = _data_and_weight_grads(ctx, lambda x, w: _deconv_nobias(p, x, w), x, w, og[0])
     db = None if p.no_bias else og[0].sum(axis=_spatial_axes(og[0].ndim))
     return [dx, dw, db]
 

@@ -27,12 +27,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from symgraph.xla import INFER_CANDIDATES, TRAIN_CANDIDATES  # noqa: E402
+
 NETS = ("vgg16", "inception-bn", "resnet-50", "googlenet")
-# anchor+scheduler was tried too and never won
-TRAIN_MEASURES = ((), ("scheduler",), ("donate",), ("anchor",), ("anchor_weights",),
-                  ("anchor_weights", "scheduler"), ("channels_last", "anchor"),
-                  ("channels_last", "anchor_weights"))
-INFER_MEASURES = ((), ("scheduler",), ("channels_last",), ("channels_last", "scheduler"))
+# best_step's candidates, and donate and split_wgrad alone to show what each
+# does by itself (anchor+scheduler was tried too and never won)
+TRAIN_MEASURES = ((), ("scheduler",), ("donate",), ("split_wgrad",)) + tuple(
+    ms for ms in TRAIN_CANDIDATES if ms not in ((), ("scheduler",)))
+INFER_MEASURES = INFER_CANDIDATES
 PLAIN_MEASURES = ((), ("scheduler",))
 MIB = 2 ** 20
 

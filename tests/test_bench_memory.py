@@ -66,6 +66,31 @@ def test_xla_figures_and_training_costs_more(quick_run):
     assert rows["resnet-cifar-20", "train"]["bytes"]["gradients"] == 4 * params
 
 
+def test_lowered_and_plain_jax_steps_side_by_side(quick_run):
+    """--quick compares at batch 4: every row has XLA's temp for symgraph's
+    step under its best measure set (the least of the candidates it
+    compiled, none included) beside the plain-JAX step's, and the ratios
+    are those figures'."""
+    from symgraph import xla
+    out, res = quick_run
+    assert res["config"]["compare_at"] == [4]
+    for r in res["rows"]:
+        st = r["steps"]
+        cands = xla.TRAIN_CANDIDATES if r["mode"] == "train" else xla.INFER_CANDIDATES
+        assert set(st["symgraph_temps"]) == {"+".join(ms) or "none" for ms in cands}
+        best = st["symgraph"]
+        assert best["temp"] == min(st["symgraph_temps"].values())
+        assert st["symgraph_temps"]["+".join(best["measures"]) or "none"] == best["temp"]
+        assert set(st["plain_jax"]) == {"none", "scheduler"}
+        assert st["plain_jax"]["none"]["temp"] > 0
+        assert st["best_over_arena"] == pytest.approx(
+            best["temp"] / r["bytes"]["internal"]["arena"])
+        assert st["best_over_plain_jax"] == pytest.approx(
+            best["temp"] / st["plain_jax"]["none"]["temp"])
+    md = (out / "results.md").read_text()
+    assert "## Lowered step vs plain JAX" in md and "| step/plain |" in md
+
+
 def test_mxnet_figures_are_merged(quick_run):
     _, res = quick_run
     rows = {(r["net"], r["mode"]): r for r in res["rows"]}
@@ -80,6 +105,7 @@ def test_mxnet_figures_are_merged(quick_run):
     (["bench", "memory", "--nets", "nonet"], "unknown model 'nonet'"),
     (["bench", "memory", "--batch", "x"], "--batch"),
     (["bench", "memory", "--modes", "fit"], "unknown mode 'fit'"),
+    (["bench", "memory", "--compare-at", "64,x"], "--compare-at"),
     (["bench", "memory", "--mxnet", "/nonexistent/mxnet.json"], "no file"),
     (["bench"], "choose memory"),
 ])

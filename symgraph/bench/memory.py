@@ -10,6 +10,12 @@ gradients; inference: forward only) it plans the graph with
 - the planning time (all passes, all strategies, the static check);
 - XLA's ``memory_analysis()`` of the lowered program for the same graph
   (temp, argument, output, alias bytes) and its compile time;
+- at the ``--compare-at`` batch sizes (default 64), side by side: XLA's
+  temp for symgraph's lowered step (training: forward, explicit backward
+  and SGD; ``symgraph.xla``) under the memory measure set that gives the
+  least temp (``xla.TRAIN_CANDIDATES`` / ``INFER_CANDIDATES``), and for a
+  plain-JAX step of the same net (``jax.value_and_grad`` + SGD), with and
+  without XLA's memory-optimized scheduler;
 - MXNet 1.9.1's figure for the same net, read from the ``mxnet.json`` that
   ``benchmarks/mxnet_memory.py`` wrote (run in MXNet's own environment).
 
@@ -32,6 +38,7 @@ from ..util import atomic_write_text
 DEFAULT_NETS = ("alexnet", "vgg16", "googlenet", "inception-bn", "inception-v3", "resnet-50",
                 "resnet-152")
 DEFAULT_BATCHES = (32, 64, 128)
+DEFAULT_COMPARE_AT = (64,)
 QUICK_NETS = ("mlp", "resnet-cifar-20")
 QUICK_BATCHES = (4,)
 MODES = ("train", "infer")
@@ -77,6 +84,10 @@ def add_arguments(parser) -> None:
                              "recorded too")
     parser.add_argument("--no-xla", action="store_true",
                         help="skip compiling the lowered programs (XLA's figures)")
+    parser.add_argument("--compare-at", metavar="BATCHES",
+                        help="batch sizes at which symgraph's lowered step (best memory "
+                             "measures) and a plain-JAX step are compiled side by side "
+                             "(default: 64, with --quick 4; 'none' for no comparison)")
     parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--quick", action="store_true",
@@ -93,6 +104,21 @@ def _names(text, default, what):
     return items
 
 
+def _compare_at(text, default) -> tuple:
+    if text is None:
+        return tuple(default)
+    if text.strip() == "none":
+        return ()
+    try:
+        out = tuple(int(b) for b in _names(text, (), "compare-at"))
+    except ValueError:
+        raise BenchError(f"--compare-at: expected batch sizes such as 64 or 'none', got "
+                         f"{text!r}") from None
+    if any(b < 1 for b in out):
+        raise BenchError("--compare-at: batch sizes must be positive")
+    return out
+
+
 def run(args) -> int:
     from ..models import model_info
     nets = _names(args.nets, QUICK_NETS if args.quick else DEFAULT_NETS, "nets")
@@ -106,6 +132,8 @@ def run(args) -> int:
                          f"{args.batch!r}") from None
     if any(b < 1 for b in batches):
         raise BenchError("--batch: batch sizes must be positive")
+    compare_at = _compare_at(args.compare_at, QUICK_BATCHES if args.quick
+                             else DEFAULT_COMPARE_AT)
     modes = _names(args.modes, MODES, "modes")
     bad = [m for m in modes if m not in MODES]
     if bad:
@@ -115,8 +143,11 @@ def run(args) -> int:
     mxnet = load_mxnet(mxnet_path, required=bool(args.mxnet))
     result = run_memory(nets, batches, modes, xla=not args.no_xla, mxnet=mxnet,
                         schedule=args.schedule, progress=not args.no_progress,
-                        quick=args.quick)
+                        quick=args.quick, compare_at=() if args.no_xla else compare_at)
     files = write_results(result, out, charts=not args.no_charts)
+    if compare_at and not args.no_xla:
+        from .report import steps_table
+        print(steps_table(result))
     print(f"wrote {', '.join(files)} to {out}")
     return 0
 
@@ -160,8 +191,32 @@ def _mxnet_row(mxnet, net, batch, mode):
 # --------------------------------------------------------------------------
 # measuring
 # --------------------------------------------------------------------------
+def compare_steps(p, net, shapes) -> dict:
+    """XLA's figures for symgraph's lowered step of plan ``p`` under the
+    measure set with the least temp, beside a plain-JAX step of ``net``
+    (with and without XLA's memory-optimized scheduler): compiles only."""
+    from .. import xla
+    if p.train:
+        cands = xla.TRAIN_CANDIDATES
+        make = (lambda ms: xla.training_step(p, measures=ms))
+    else:
+        cands = xla.INFER_CANDIDATES
+        make = (lambda ms: xla.inference_step(p, measures=ms))
+    t0 = time.perf_counter()
+    best, _, m, temps = xla.best_step(make, cands)
+    plain = {label: xla.memory(xla.plain_jax_step(net, shapes, train=p.train, measures=ms))
+             for label, ms in (("none", ()), ("scheduler", ("scheduler",)))}
+    arena = p.internal["arena"]
+    return {"symgraph": {"measures": list(best), **m},
+            "symgraph_temps": {"+".join(ms) or "none": t for ms, t in temps.items()},
+            "plain_jax": plain,
+            "best_over_arena": m["temp"] / arena if arena else None,
+            "best_over_plain_jax": m["temp"] / plain["none"]["temp"],
+            "seconds": time.perf_counter() - t0}
+
+
 def measure(name: str, batch: int, mode: str, xla: bool = True, mxnet=None,
-            schedule: str = "dfs") -> dict:
+            schedule: str = "dfs", compare: bool = False) -> dict:
     """One row of the benchmark: the plan of zoo net ``name`` at ``batch``."""
     from ..memory import STRATEGIES, plan, xla_memory
     from ..models import count_parameters, data_shapes, get_model, model_info
@@ -199,6 +254,7 @@ def measure(name: str, batch: int, mode: str, xla: bool = True, mxnet=None,
     row["xla_temp_over_arena"] = (row["xla"]["temp"] / internal["arena"]
                                   if row["xla"] and row["xla"]["temp"] is not None
                                   and internal["arena"] else None)
+    row["steps"] = compare_steps(p, net, shapes) if compare else None
     row["mxnet_mib"] = _mxnet_row(mxnet, name, batch, mode)
     both = (row["mxnet_mib"] or {}).get("both")
     row["arena_over_mxnet"] = internal["arena"] / (both * MIB) if both else None
@@ -239,7 +295,8 @@ def environment() -> dict:
 
 
 def run_memory(nets, batches, modes=MODES, *, xla: bool = True, mxnet=None,
-               schedule: str = "dfs", progress: bool = True, quick: bool = False) -> dict:
+               schedule: str = "dfs", progress: bool = True, quick: bool = False,
+               compare_at=()) -> dict:
     """Measures every (net, batch, mode); returns the results dictionary."""
     from tqdm import tqdm
     jobs = [(n, b, m) for n in nets for b in batches for m in modes]
@@ -247,11 +304,13 @@ def run_memory(nets, batches, modes=MODES, *, xla: bool = True, mxnet=None,
     bar = tqdm(jobs, desc="memory", unit="plan", disable=not progress, leave=False)
     for name, batch, mode in bar:
         bar.set_postfix_str(f"{name} batch {batch} {mode}")
-        rows.append(measure(name, batch, mode, xla=xla, mxnet=mxnet, schedule=schedule))
+        rows.append(measure(name, batch, mode, xla=xla, mxnet=mxnet, schedule=schedule,
+                            compare=batch in compare_at))
     bar.close()
     result = {"tool": "symgraph bench memory", **environment(),
               "config": {"nets": list(nets), "batches": list(batches), "modes": list(modes),
-                         "xla": xla, "schedule": schedule, "quick": quick,
+                         "xla": xla, "compare_at": list(compare_at),
+                         "schedule": schedule, "quick": quick,
                          "dtype": "float32"},
               "units": "bytes (MXNet's figures: MiB as MXNet prints them)",
               "mxnet": None, "rows": rows}

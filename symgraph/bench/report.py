@@ -57,6 +57,26 @@ def headline(result: dict, nets=HEADLINE_NETS, batches=HEADLINE_BATCHES) -> str:
     return "\n".join(lines)
 
 
+def steps_table(result: dict) -> str:
+    """The side-by-side rows (``--compare-at``): the plan, XLA's temp for
+    symgraph's lowered step under its best measures, and for plain JAX."""
+    lines = ["| net | batch | mode | arena | symgraph step | measures | plain JAX "
+             "| plain JAX sched | step/arena | step/plain |",
+             "|---|--:|---|--:|--:|---|--:|--:|--:|--:|"]
+    for r in result["rows"]:
+        st = r.get("steps")
+        if not st:
+            continue
+        plain = st["plain_jax"]
+        lines.append(f"| {r['net']} | {r['batch']} | {r['mode']} | "
+                     f"{_mib(r['bytes']['internal']['arena'])} | "
+                     f"{_mib(st['symgraph']['temp'])} | "
+                     f"{'+'.join(st['symgraph']['measures']) or 'none'} | "
+                     f"{_mib(plain['none']['temp'])} | {_mib(plain['scheduler']['temp'])} | "
+                     f"{_ratio(st['best_over_arena'])} | {_ratio(st['best_over_plain_jax'])} |")
+    return "\n".join(lines)
+
+
 def doc_block(result: dict) -> str:
     """The headline table between the markers docs/benchmarks.md carries."""
     return f"{DOC_BEGIN}\n{headline(result)}\n{DOC_END}"
@@ -104,6 +124,15 @@ def markdown(result: dict) -> str:
                 f"{_mib(xla)} | {mx.get('both', '–')} | {_ratio(r.get('arena_over_mxnet'))} | "
                 f"{r['plan_seconds']:.2f} |")
         lines.append("")
+    steps = steps_table(result)
+    if steps.count("\n") > 1:
+        lines += ["## Lowered step vs plain JAX", "",
+                  "XLA's temp (compile only, `memory_analysis()`) for symgraph's lowered "
+                  "step -- training: forward, explicit backward and an SGD update -- under "
+                  "the memory measure set that gives the least temp (*measures*; "
+                  "docs/memory.md, \"Plan vs XLA\"), beside a plain-JAX step of the same "
+                  "net (`jax.value_and_grad` + SGD; *sched*: with XLA's memory-optimized "
+                  "scheduler). *arena*: the plan of the `internal` bucket.", "", steps, ""]
     lines += ["## Other buckets", "",
               "| net | batch | parameters | arguments | gradients | aux | XLA argument | "
               "XLA output |", "|---|--:|--:|--:|--:|--:|--:|--:|"]

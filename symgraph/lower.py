@@ -142,7 +142,7 @@ class JaxInterpreter(Interpreter):
         list, aux updates collected, errors naming the node."""
         ctx = LowerCtx(self.is_train, self.key, node.name, self.wgrad_chunks)
         if len(inputs) > 1 and _anchored(self.anchor, node.op.name):
-            inputs = _anchor(inputs)
+            inputs = tie_to_first(inputs)
         try:
             with jax.named_scope(node.name):  # XLA's metadata names the node (xla.py reads it)
                 res = lowering(node.params, ctx, *inputs)
@@ -165,13 +165,14 @@ class JaxInterpreter(Interpreter):
         return list(outs)
 
 
-def _anchor(inputs: list) -> list:
-    """Ties a backward node's inputs to its first one (the incoming gradient)
-    by adding a zero scalar read from it. XLA cannot fold ``g[0] * 0`` (it
-    is NaN for a NaN gradient), so work on the other inputs -- the layout
-    copies XLA's CPU convolutions make of saved activations -- cannot start
-    before the gradient arrives: it moves from the forward pass, where the
-    copy would be kept alive until the backward, to where it is used."""
+def tie_to_first(inputs: list) -> list:
+    """Ties tensors to the first one by adding a zero scalar read from it.
+    XLA cannot fold ``g[0] * 0`` (it is NaN for a NaN or infinite ``g[0]``),
+    so no work on the other tensors can start before the first exists.
+    The anchor measure ties a backward node's inputs to its incoming
+    gradient: the layout copies XLA's CPU convolutions make of saved
+    activations move from the forward pass, where they would be kept alive
+    until the backward, to where they are used."""
     g = inputs[0]
     if g.size == 0:
         return inputs

@@ -50,10 +50,12 @@ Measures (``MEASURES``), each an option of ``training_step`` (only
   need no transposed copy of them (inputs and outputs stay NCHW); with
   ``SINGLE_OP_FUSIONS``, so that XLA's temp still counts every activation.
 - ``split_wgrad``: ``lower(..., wgrad_chunks=WGRAD_CHUNKS)``: the weight
-  gradient of each Convolution and Deconvolution is summed over batch
-  halves in a loop. XLA's CPU convolution computes it from batch-minor
-  copies of the activation and of the incoming gradient (whatever the
-  layout); in the loop each copy is half the size. Training only.
+  gradient of each Convolution and Deconvolution is the sum of the
+  gradients of the batch's two halves, the second half tied to the first
+  half's result. XLA's CPU convolution computes a weight gradient from
+  batch-minor copies of the activation and of the incoming gradient
+  (whatever the layout); one half's copies at a time are half the size.
+  Training only.
 
 ``best_step`` compiles a list of measure sets and keeps the one with the
 least temp: XLA's scheduling is heuristic, and which measure wins differs
@@ -87,8 +89,8 @@ TRAIN_CANDIDATES = ((), ("scheduler",), ("anchor",), ("anchor_weights",),
                     ("channels_last", "split_wgrad", "anchor_weights"),
                     ("channels_last", "split_wgrad", "scheduler"))
 INFER_CANDIDATES = ((), ("scheduler",), ("channels_last",), ("channels_last", "scheduler"))
-# split_wgrad's batch slices: halves already take the copies off the zoo
-# nets' peaks (VGG-16 training: 2, 4, 8 and 16 slices give the same temp)
+# split_wgrad's batch slices (halves: quarters did no better on the small
+# test nets, and worse on the Inception-like one)
 WGRAD_CHUNKS = 2
 SCHEDULER_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
 # XLA's CPU backend hands convolutions and dots to YNNPACK one op at a time:

@@ -147,8 +147,10 @@ def test_committed_results_and_docs_agree():
     assert all(r["verified"] for r in res["rows"])
     with open(os.path.join(root, "docs", "benchmarks.md")) as f:
         doc = f.read()
-    # the headline table in the docs is the one the committed results give
+    # the headline table in the docs is the one the committed results give,
+    # and so is the side-by-side of the lowered and plain-JAX steps
     assert report.doc_block(res) in doc
+    assert 64 in res["config"]["compare_at"] and report.steps_table(res) in doc
     with open(os.path.join(root, "benchmarks", "results", "memory", "results.md")) as f:
         assert f.read() == report.markdown(res)
 

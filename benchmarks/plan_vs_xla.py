@@ -28,6 +28,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from symgraph.xla import INFER_CANDIDATES, TRAIN_CANDIDATES  # noqa: E402
+from symgraph.xla import measures_label as _label  # noqa: E402
 
 NETS = ("vgg16", "inception-bn", "resnet-50", "googlenet")
 # best_step's candidates, and donate and split_wgrad alone to show what each
@@ -37,10 +38,6 @@ TRAIN_MEASURES = ((), ("scheduler",), ("donate",), ("split_wgrad",)) + tuple(
 INFER_MEASURES = INFER_CANDIDATES
 PLAIN_MEASURES = ((), ("scheduler",))
 MIB = 2 ** 20
-
-
-def _label(ms) -> str:
-    return "+".join(ms) if ms else "none"
 
 
 def measure(name: str, batch: int, mode: str, breakdown: bool = True, bar=None) -> dict:

@@ -62,7 +62,7 @@ def measure_here(name: str, batch: int, mode: str, measures: tuple) -> dict:
     t = time.perf_counter()
     jax.block_until_ready(compiled(*args))
     seconds = time.perf_counter() - t
-    return {"net": name, "batch": batch, "mode": mode, "measures": "+".join(measures) or "none",
+    return {"net": name, "batch": batch, "mode": mode, "measures": xla.measures_label(measures),
             "arena": p.internal["arena"], "xla_temp": temp,
             "rss_rise": _status("VmHWM") - before, "run_seconds": seconds}
 

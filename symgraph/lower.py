@@ -31,7 +31,7 @@ class LowerCtx:
         self.is_train = is_train
         self._key = key
         self.node_name = node_name
-        # > 1: weight gradients summed over this many batch slices in a loop
+        # > 1: weight gradients summed over this many batch slices
         self.wgrad_chunks = wgrad_chunks
 
     def rng(self):
@@ -270,8 +270,9 @@ def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
     ``layout='NHWC'`` keeps 4-D activations channels-last inside the
     program (``ChannelsLastInterpreter``); feeds and outputs stay NCHW;
     ``wgrad_chunks=k`` sums the weight gradients of Convolution and
-    Deconvolution over k batch slices in a loop, so the batch-minor copies
-    XLA's CPU convolutions make for them are 1/k the size.
+    Deconvolution over k batch slices, one after the other, so the
+    batch-minor copies XLA's CPU convolutions make for them are 1/k the
+    size.
     """
     if layout not in LAYOUTS:
         raise SymgraphError(f"layout={layout!r}; use one of {', '.join(map(repr, LAYOUTS))}")

@@ -154,6 +154,11 @@ class Step:
         return jax.jit(self.fn, donate_argnums=self.donate).lower(*self.args)
 
 
+def measures_label(measures) -> str:
+    """How reports name a measure set: ``channels_last+anchor``, or ``none``."""
+    return "+".join(measures) or "none"
+
+
 def _measures(measures) -> set:
     ms = set(measures or ())
     bad = ms - set(MEASURES)

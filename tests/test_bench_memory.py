@@ -77,10 +77,10 @@ def test_lowered_and_plain_jax_steps_side_by_side(quick_run):
     for r in res["rows"]:
         st = r["steps"]
         cands = xla.TRAIN_CANDIDATES if r["mode"] == "train" else xla.INFER_CANDIDATES
-        assert set(st["symgraph_temps"]) == {"+".join(ms) or "none" for ms in cands}
+        assert set(st["symgraph_temps"]) == {xla.measures_label(ms) for ms in cands}
         best = st["symgraph"]
         assert best["temp"] == min(st["symgraph_temps"].values())
-        assert st["symgraph_temps"]["+".join(best["measures"]) or "none"] == best["temp"]
+        assert st["symgraph_temps"][xla.measures_label(best["measures"])] == best["temp"]
         assert set(st["plain_jax"]) == {"none", "scheduler"}
         assert st["plain_jax"]["none"]["temp"] > 0
         assert st["best_over_arena"] == pytest.approx(

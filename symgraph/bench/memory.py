@@ -132,8 +132,9 @@ def run(args) -> int:
                          f"{args.batch!r}") from None
     if any(b < 1 for b in batches):
         raise BenchError("--batch: batch sizes must be positive")
-    compare_at = _compare_at(args.compare_at, QUICK_BATCHES if args.quick
-                             else DEFAULT_COMPARE_AT)
+    # comparing compiles steps: nothing to compare without XLA
+    compare_at = () if args.no_xla else _compare_at(
+        args.compare_at, QUICK_BATCHES if args.quick else DEFAULT_COMPARE_AT)
     modes = _names(args.modes, MODES, "modes")
     bad = [m for m in modes if m not in MODES]
     if bad:
@@ -143,9 +144,9 @@ def run(args) -> int:
     mxnet = load_mxnet(mxnet_path, required=bool(args.mxnet))
     result = run_memory(nets, batches, modes, xla=not args.no_xla, mxnet=mxnet,
                         schedule=args.schedule, progress=not args.no_progress,
-                        quick=args.quick, compare_at=() if args.no_xla else compare_at)
+                        quick=args.quick, compare_at=compare_at)
     files = write_results(result, out, charts=not args.no_charts)
-    if compare_at and not args.no_xla:
+    if compare_at:
         from .report import steps_table
         print(steps_table(result))
     print(f"wrote {', '.join(files)} to {out}")
@@ -208,7 +209,7 @@ def compare_steps(p, net, shapes) -> dict:
              for label, ms in (("none", ()), ("scheduler", ("scheduler",)))}
     arena = p.internal["arena"]
     return {"symgraph": {"measures": list(best), **m},
-            "symgraph_temps": {"+".join(ms) or "none": t for ms, t in temps.items()},
+            "symgraph_temps": {xla.measures_label(ms): t for ms, t in temps.items()},
             "plain_jax": plain,
             "best_over_arena": m["temp"] / arena if arena else None,
             "best_over_plain_jax": m["temp"] / plain["none"]["temp"],

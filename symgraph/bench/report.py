@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from ..util import atomic_open, atomic_write_text
+from ..xla import measures_label
 
 MIB = 2 ** 20
 STRATEGIES = ("naive", "inplace", "coshare", "both", "arena", "lower_bound")
@@ -71,7 +72,7 @@ def steps_table(result: dict) -> str:
         lines.append(f"| {r['net']} | {r['batch']} | {r['mode']} | "
                      f"{_mib(r['bytes']['internal']['arena'])} | "
                      f"{_mib(st['symgraph']['temp'])} | "
-                     f"{'+'.join(st['symgraph']['measures']) or 'none'} | "
+                     f"{measures_label(st['symgraph']['measures'])} | "
                      f"{_mib(plain['none']['temp'])} | {_mib(plain['scheduler']['temp'])} | "
                      f"{_ratio(st['best_over_arena'])} | {_ratio(st['best_over_plain_jax'])} |")
     return "\n".join(lines)

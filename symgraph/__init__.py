@@ -38,6 +38,7 @@ _LAZY = {
     "viz": "symgraph.viz",
     "memory": "symgraph.memory",
     "passes": "symgraph.passes",
+    "recordio": "symgraph.recordio",
 }
 _LAZY_ATTRS = {"plan": ("symgraph.memory", "plan"), "Module": ("symgraph.train.module", "Module")}
 

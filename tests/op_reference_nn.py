@@ -244,3 +244,162 @@ def embedding_weight_grad(p, data, dy):
     np.add.at(dw, np.clip(data.astype(np.int64), 0, p.input_dim - 1).reshape(-1),
               dy.reshape(-1, p.output_dim))
     return dw
+
+
+# --------------------------------------------------------------------------
+# Gradients, written as the adjoints of the loops above (NumPy only).
+# GRAD_REFERENCE_NN[name](p, inputs, dy) -> gradient of each argument
+# (data, weight, bias ...), None where the op gives none. ``inputs`` are the
+# arguments then the aux states; ``dy`` the head gradients of the visible
+# outputs. ``train``: BatchNorm's mode (batch statistics unless
+# use_global_stats).
+# --------------------------------------------------------------------------
+GRAD_REFERENCE_NN = {}
+
+
+def grad_ref(*names):
+    def deco(fn):
+        for n in names:
+            GRAD_REFERENCE_NN[n] = fn
+        return fn
+    return deco
+
+
+def _contract(a, b):
+    """sum over batch and space of a[n, c, ...] b[n, f, ...] -> (c, f)."""
+    return np.einsum("ncs,nfs->cf", a.reshape(a.shape[:2] + (-1,)),
+                     b.reshape(b.shape[:2] + (-1,)))
+
+
+def _bias_grad(dy):
+    return dy.sum(axis=(0,) + tuple(range(2, dy.ndim)))
+
+
+@grad_ref("Convolution")
+def convolution_grad(p, inputs, dys, train=True):
+    """y = sum_off patch(off) . w[:, :, off]: each offset's patch (a strided
+    slice of the padded input) gets dy . w back, and w[:, :, off] gets
+    patch . dy."""
+    x, w = inputs[:2]
+    (dy,) = dys[:1]
+    n = x.ndim - 2
+    k = tuple(p.kernel)
+    s, d = _per_dim(p.stride, 1, n), _per_dim(p.dilate, 1, n)
+    pad = _per_dim(p.pad, 0, n)
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(q, q) for q in pad])
+    out = dy.shape[2:]
+    groups, cg, fg = p.num_group, x.shape[1] // p.num_group, w.shape[0] // p.num_group
+    dxp, dw = np.zeros_like(xp), np.zeros_like(w)
+    for off in itertools.product(*[range(kk) for kk in k]):
+        sl = tuple(slice(o * d[i], o * d[i] + (out[i] - 1) * s[i] + 1, s[i])
+                   for i, o in enumerate(off))
+        for gi in range(groups):
+            cs, fs = slice(gi * cg, (gi + 1) * cg), slice(gi * fg, (gi + 1) * fg)
+            wk = w[(fs, slice(None)) + off]  # (F/G, C/G)
+            dxp[(slice(None), cs) + sl] += np.einsum("nf...,fc->nc...", dy[:, fs], wk)
+            dw[(fs, slice(None)) + off] += _contract(xp[(slice(None), cs) + sl], dy[:, fs]).T
+    dx = dxp[(slice(None), slice(None)) + tuple(slice(q, q + x.shape[2 + i])
+                                                for i, q in enumerate(pad))]
+    return [dx, dw] + ([] if p.no_bias else [_bias_grad(dy)])
+
+
+@grad_ref("Deconvolution")
+def deconvolution_grad(p, inputs, dys, train=True):
+    """The scatter of ``deconvolution`` read backwards: dy padded back to the
+    uncropped buffer; each input element gathers buffer-grad . w, and
+    w[:, :, off] gets x . buffer-grad over the positions it wrote."""
+    x, w = inputs[:2]
+    (dy,) = dys[:1]
+    n = x.ndim - 2
+    k, s, d = tuple(p.kernel), _per_dim(p.stride, 1, n), _per_dim(p.dilate, 1, n)
+    inn = x.shape[2:]
+    pad, adj = deconv_pad_adj(p, inn)
+    full = [(inn[i] - 1) * s[i] + d[i] * (k[i] - 1) + 1 for i in range(n)]
+    groups, cg, fg = p.num_group, x.shape[1] // p.num_group, w.shape[1]
+    dbuf = np.zeros((x.shape[0], groups * fg) + tuple(f + a for f, a in zip(full, adj)))
+    crop = tuple(slice(pad[i], full[i] - pad[i] + adj[i]) for i in range(n))
+    dbuf[(slice(None), slice(None)) + crop] = dy
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    for off in itertools.product(*[range(kk) for kk in k]):
+        sl = tuple(slice(o * d[i], o * d[i] + (inn[i] - 1) * s[i] + 1, s[i])
+                   for i, o in enumerate(off))
+        for gi in range(groups):
+            cs, fs = slice(gi * cg, (gi + 1) * cg), slice(gi * fg, (gi + 1) * fg)
+            wk = w[(cs, slice(None)) + off]  # (C/G, F/G)
+            part = dbuf[(slice(None), fs) + sl]
+            dx[:, cs] += np.einsum("nf...,cf->nc...", part, wk)
+            dw[(cs, slice(None)) + off] += _contract(x[:, cs], part)
+    return [dx, dw] + ([] if p.no_bias else [_bias_grad(dy)])
+
+
+@grad_ref("FullyConnected")
+def fully_connected_grad(p, inputs, dys, train=True):
+    """y = x W^T + b: dx = dy W, dW = dy^T x, db = sum of dy's rows."""
+    x, w = inputs[:2]
+    (dy,) = dys[:1]
+    x2 = x.reshape(x.shape[0], -1) if p.flatten else x.reshape(-1, x.shape[-1])
+    d2 = dy.reshape(-1, dy.shape[-1])
+    grads = [(d2 @ w).reshape(x.shape), d2.T @ x2]
+    return grads + ([] if p.no_bias else [d2.sum(axis=0)])
+
+
+@grad_ref("Pooling")
+def pooling_grad(p, inputs, dys, train=True):
+    """max: MXNet's first-max routing; avg/sum: each window's gradient (over
+    its count for avg) spread over the input elements the window sums."""
+    (x,), (dy,) = inputs[:1], dys[:1]
+    if p.pool_type == "max":
+        return [max_pool_grad(p, x, dy)]
+    n = x.ndim - 2
+    inn = x.shape[2:]
+    if p.global_pool:
+        k, s, pad = inn, (1,) * n, (0,) * n
+    else:
+        k, s, pad = tuple(p.kernel), _per_dim(p.stride, 1, n), _per_dim(p.pad, 0, n)
+    include = p.count_include_pad is None or p.count_include_pad
+    dx = np.zeros_like(x)
+    for o in np.ndindex(*dy.shape[2:]):
+        start = [o[i] * s[i] - pad[i] for i in range(n)]
+        end = [min(start[i] + k[i], inn[i] + pad[i]) for i in range(n)]
+        lo = [max(v, 0) for v in start]
+        hi = [min(v, inn[i]) for i, v in enumerate(end)]
+        g = dy[(slice(None), slice(None)) + o]
+        if p.pool_type == "avg":
+            g = g / np.prod([(e - b) if include else (h - l)
+                             for b, e, l, h in zip(start, end, lo, hi)])
+        region = (slice(None), slice(None)) + tuple(slice(a, b) for a, b in zip(lo, hi))
+        dx[region] += g.reshape(g.shape + (1,) * n)
+    return [dx]
+
+
+@grad_ref("BatchNorm")
+def batchnorm_grad(p, inputs, dys, train=True):
+    """y = g xh + beta, xh = (x - mean) invstd. With batch statistics mean and
+    invstd depend on x: d/dx of mean is 1/m, of var is 2 (x - mean) / m, so
+    dx = g invstd (dy - mean(dy) - xh mean(dy xh)); with the moving ones
+    dx = g invstd dy. dgamma = sum(dy xh) (0 with fix_gamma, where g = 1),
+    dbeta = sum(dy). Gradients into the visible mean/var outputs are
+    dropped, as MXNet does."""
+    x, gamma, _beta, moving_mean, moving_var = inputs
+    dy = dys[0]
+    red, b = _bn_view(p, x)
+    if train and not p.use_global_stats:
+        mean = x.mean(axis=red)
+        var = ((x - b(mean)) ** 2).mean(axis=red)
+    else:
+        mean, var = moving_mean, moving_var
+    invstd = 1 / np.sqrt(var + p.eps)
+    xh = (x - b(mean)) * b(invstd)
+    g = np.ones_like(gamma) if p.fix_gamma else gamma
+    dbeta, dgamma = dy.sum(axis=red), (dy * xh).sum(axis=red)
+    if train and not p.use_global_stats:
+        m = x.size // x.shape[p.axis % x.ndim]
+        dx = b(g * invstd) * (dy - b(dbeta / m) - xh * b(dgamma / m))
+    else:
+        dx = dy * b(g * invstd)
+    return [dx, np.zeros_like(gamma) if p.fix_gamma else dgamma, dbeta]
+
+
+@grad_ref("Embedding")
+def embedding_grad(p, inputs, dys, train=True):
+    return [None, embedding_weight_grad(p, inputs[0], dys[0])]

@@ -3,11 +3,16 @@ forward output is the prediction, and the gradient of the data is the loss
 gradient, whatever head gradient would arrive."""
 from __future__ import annotations
 
+import copy
+import functools
+
 import jax
 import jax.numpy as jnp
 
 from ..errors import ShapeError
-from .registry import Attr, OpDef, Sample, bool_attr, choice_attr, float_attr, numel, register
+from ..graph import Entry, Node
+from .registry import Attr, OpDef, Sample, bool_attr, choice_attr, float_attr, get_op, numel, \
+    register
 
 
 def _softmax_output_shape(p, s):
@@ -72,8 +77,10 @@ def _target(p, lab, k, dtype, axis):
     return target
 
 
-# y = softmax(x); dx = (y - onehot(label)) * grad_scale / norm; no label gradient
-def _softmax_output_backward(p, ctx, y, label):
+# y = softmax(x); dx = (y - onehot(label)) * grad_scale / norm; no label gradient.
+# ``total`` turns this device's 'valid' count into the count to divide by:
+# itself on one device, its sum over the devices in data parallel (below)
+def _softmax_output_backward(p, ctx, y, label, total=lambda count: count):
     if label.shape == y.shape:  # dense (probability) labels
         target = label.astype(y.dtype)
         axis = 1 if p.multi_output else -1
@@ -99,13 +106,13 @@ def _softmax_output_backward(p, ctx, y, label):
         if p.normalization == "batch":
             return grad * (p.grad_scale / flat.size)
         if p.normalization == "valid":
-            n_valid = (flat.astype(jnp.int32) != int(p.ignore_label)).sum()
+            n_valid = total((flat.astype(jnp.int32) != int(p.ignore_label)).sum())
             return grad * (p.grad_scale / jnp.maximum(n_valid, 1).astype(y.dtype))
         return grad * p.grad_scale
     if p.normalization == "batch":
         grad = grad / y.shape[0]
     elif p.normalization == "valid":
-        grad = grad / jnp.maximum(valid.sum(), 1.0)
+        grad = grad / jnp.maximum(total(valid.sum()), 1.0)
     return grad * p.grad_scale
 
 
@@ -144,6 +151,28 @@ register(OpDef(
     outputs=("grad_data",), lower=_softmax_output_backward,
     infer_shape=lambda p, s: (s, [s[0]]), inplace=[(0, 0)], category="elementwise"))
 _softmax_output.gradient = _softmax_output_gradient
+
+
+def softmax_output_over_devices(axis_name: str) -> OpDef:
+    """SoftmaxOutput for a program run on each device's share of a batch
+    (inside ``shard_map`` over ``axis_name``): 'valid' normalization divides
+    by the valid count summed over the devices, so the gradients summed over
+    the devices are those of the whole batch on one device ('null' and
+    'batch' are unchanged: 'batch' is rescaled by the caller). Not
+    registered; ``train.step`` puts it in place of SoftmaxOutput."""
+    bwd = copy.copy(get_op("_backward_SoftmaxOutput"))
+    bwd.lower = functools.partial(_softmax_output_backward,
+                                  total=lambda count: jax.lax.psum(count, axis_name))
+
+    def gradient(g, node, og):
+        name = g.unique(f"{node.name}_backward")
+        out = Node(bwd, name, {k: v for k, v in node.attrs.items() if not k.startswith("__")},
+                   [g.output(node, 0), node.inputs[1]])
+        return [Entry(out, 0), None]
+
+    op = copy.copy(_softmax_output)
+    op.gradient = gradient
+    return op
 
 
 # y = x; dx = (y - label) * grad_scale / (number of outputs per sample)

@@ -16,7 +16,10 @@ sum over devices of each device's gradient is exactly the single-device
 gradient of the whole batch; the optimizer's ``rescale_grad = 1/batch``
 then makes it a mean, as MXNet's KVStore does. Heads normalized by the
 batch (``normalization='batch'``) are rewritten per device with
-``grad_scale / n`` (see ``train.step``), which again makes the sum exact.
+``grad_scale / n`` (see ``train.step``), which again makes the sum exact;
+heads normalized by the count of valid labels (``'valid'``) divide by that
+count summed over the devices (a ``psum`` inside the step), since the
+devices' counts differ.
 There is no automatic differentiation through ``shard_map`` here (the
 backward is the explicit gradient graph), so the replicated-input gradient
 trap of ``check_vma`` does not arise; ``check_vma=False`` keeps

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..graph import Entry, Graph, Node
 from ..lower import entry_key, lower
+from ..ops.loss import softmax_output_over_devices
 from ..ops.registry import OpDef
 from ..parallel.data_parallel import BATCH_AXIS, P, DeviceSet
 from ..passes.gradient import HEAD_GRAD_SUFFIX, build_gradient
@@ -215,13 +216,17 @@ class TrainPrograms:
         def scale_of(node):
             s = self.loss_scale
             norm = node.params.get("normalization") if node.params else None
-            if n > 1 and norm in ("batch", "valid"):
+            if n > 1 and norm == "batch":
                 s /= n  # each device normalizes by its own batch: the sum needs 1/n
             return s
-        loss_op = None
-        if self.dynamic is not None:
-            def loss_op(op):
-                return scaled_gradient_op(op, self._scale_var)
+
+        def loss_op(op):
+            # 'valid' counts differ per device: divide by their sum over the devices
+            if n > 1 and op.name == "SoftmaxOutput":
+                op = softmax_output_over_devices(BATCH_AXIS)
+            if self.dynamic is not None:
+                op = scaled_gradient_op(op, self._scale_var)
+            return op
         return scale_loss_heads(self.graph, scale_of, loss_op)
 
     def _gradient(self, wrt):

@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "viz": ("symgraph.viz", "draw a network (and its memory plan) with graphviz"),
     "zoo": ("symgraph.models.cli", "write a model-zoo network as symbol JSON"),
     "bench": ("symgraph.bench", "run the memory / planner / training benchmarks"),
+    "im2rec": ("symgraph.im2rec", "make image lists and pack them into record files"),
 }
 
 

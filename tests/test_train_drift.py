@@ -70,3 +70,38 @@ def test_data_parallel_valid_normalization_with_multi_output():
     label = np.stack([LABELS, np.roll(LABELS, 5), np.zeros(16)], axis=1)
     net = softmax_net(multi_output=True, normalization="valid", use_ignore=True)
     assert_same_params(trained(net, 1, data, label), trained(net, 4, data, label))
+
+
+def fails(fn, kind, *fragments):
+    with pytest.raises(kind) as info:
+        fn()
+    assert isinstance(info.value, SymgraphError)
+    for frag in fragments:
+        assert frag in str(info.value), f"{frag!r} not in {str(info.value)!r}"
+
+
+def test_module_refuses_float64_without_x64_as_the_executor_does():
+    net = softmax_net()
+    x = np.random.default_rng(0).normal(size=(8, 6))  # float64 NumPy data
+    y = LABELS[:8] % 4
+    with jax.enable_x64(False):
+        mod = sg.mod.Module(net)
+        fails(lambda: mod.bind([sg.io.DataDesc("data", (8, 6), "float64")],
+                               [sg.io.DataDesc("softmax_label", (8,), "float32")]),
+              BindError, "'data'", "float64 needs 64-bit JAX",
+              "jax.config.update('jax_enable_x64', True)")
+        assert not mod.binded
+        # an iterator that keeps the data's float64 (dtype=None) names it too
+        it = sg.io.NDArrayIter(x, y, batch_size=4, dtype=None)
+        fails(lambda: sg.mod.Module(net).fit(it, num_epoch=1), BindError,
+              "float64 needs 64-bit JAX")
+        # a float64 computed inside the net (Cast) is refused at its output
+        cast = S.Cast(S.FullyConnected(S.Variable("data"), num_hidden=2, name="fc"),
+                      dtype="float64", name="wide")
+        fails(lambda: sg.mod.Module(cast, label_names=()).bind(
+            [sg.io.DataDesc("data", (8, 6), "float32")], for_training=False),
+              BindError, "output 'wide_output'", "float64")
+        # float32 asked for (MXNet's default) converts float64 batches, as before
+        mod = sg.mod.Module(net)
+        mod.fit(sg.io.NDArrayIter(x, y, batch_size=4), num_epoch=1)
+        assert mod.get_params()[0]["fc1_weight"].dtype == "float32"

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..context import Context
 from ..errors import BindError
-from ..ndarray import NDArray
+from ..ndarray import NDArray, require_storable
 from ..parallel.data_parallel import DeviceSet
 from ..passes.infer import infer_shapes
 from . import TrainError
@@ -248,6 +248,11 @@ class Module:
         self._param_info = {n.name: (tuple(inf.shapes[g.entry_id_of_node(n)]),
                                      inf.dtypes[g.entry_id_of_node(n)])
                             for n in g.variables}
+        # a float64 asked for must not quietly become float32 (as simple_bind)
+        for n, (_, dtype) in self._param_info.items():
+            require_storable(dtype, f"bind: '{n}'", BindError)
+        for name, e in zip(self._output_names, g.outputs):
+            require_storable(inf.dtype(e), f"bind: output '{name}'", BindError)
         self._data_shapes, self._label_shapes = data, labels
         self.for_training = bool(for_training)
         self.inputs_need_grad = bool(inputs_need_grad)

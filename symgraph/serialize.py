@@ -50,7 +50,7 @@ import os
 from .errors import GraphError, OpError, SerializationError, SymgraphError
 from .graph import Entry, Graph, Node
 from .ops.registry import MXNET_KERNEL_HINTS, format_attr, get_op
-from .util import atomic_write_text
+from .util import atomic_write_text, short_repr
 
 MXNET_VERSION = 10901  # the MXNet release whose files symgraph writes (1.9.1)
 LEGACY_AUX_VERSION = 900  # before 0.9.0 files left aux-state inputs out
@@ -194,6 +194,11 @@ def from_json(text: str, source: str = "symbol JSON"):
     except json.JSONDecodeError as err:
         raise SerializationError(f"{source}: not valid JSON, line {err.lineno} column "
                                  f"{err.colno}: {err.msg}") from None
+    except RecursionError:  # '[' * 100000: Python's parser recurses per level
+        raise SerializationError(f"{source}: JSON nested too deeply; an MXNet symbol file "
+                                 f"is a few levels deep") from None
+    except ValueError as err:  # a number of more than 4300 digits (int_max_str_digits)
+        raise SerializationError(f"{source}: not valid JSON: {err}") from None
     return from_dict(doc, source)
 
 
@@ -203,6 +208,9 @@ def from_dict(doc, source: str = "symbol JSON"):
         return _Reader(doc).symbol()
     except SymgraphError as err:
         raise type(err)(f"{source}: {err}") from None
+    except RecursionError:  # attribute values of lists in lists in lists ...
+        raise SerializationError(f"{source}: nested too deeply; an MXNet symbol file is "
+                                 f"a few levels deep") from None
 
 
 class _RawNode:
@@ -254,11 +262,13 @@ class _Reader:
         v = attrs.get("mxnet_version") if isinstance(attrs, dict) else None
         if v is None:
             if not isinstance(attrs, dict):
-                raise SerializationError(f"graph 'attrs' must be an object, got {attrs!r}")
+                raise SerializationError(f"graph 'attrs' must be an object, got "
+                                         f"{short_repr(attrs)}")
             return 800
         if (not isinstance(v, list) or len(v) != 2 or v[0] != "int"
                 or not isinstance(v[1], int) or isinstance(v[1], bool)):
-            raise SerializationError(f"mxnet_version must be [\"int\", N], got {v!r}")
+            raise SerializationError(f"mxnet_version must be [\"int\", N], got "
+                                     f"{short_repr(v)}")
         return v[1]
 
     def _entry(self, e, what: str) -> tuple:
@@ -266,7 +276,7 @@ class _Reader:
         if (not isinstance(e, list) or len(e) not in (2, 3)
                 or not all(isinstance(x, int) and not isinstance(x, bool) for x in e)):
             raise SerializationError(f"{what} must be [node_id, output_index, version], "
-                                     f"got {e!r}")
+                                     f"got {short_repr(e)}")
         if not 0 <= e[0] < n:
             raise SerializationError(f"{what} refers to node {e[0]}, but the file has "
                                      f"{n} nodes (ids 0..{n - 1}): a dangling input")
@@ -276,7 +286,7 @@ class _Reader:
 
     def _read_node(self, i: int, n) -> _RawNode:
         if not isinstance(n, dict):
-            raise SerializationError(f"nodes[{i}] must be an object, got {n!r}")
+            raise SerializationError(f"nodes[{i}] must be an object, got {short_repr(n)}")
         for key in ("op", "name", "inputs"):
             if key not in n:
                 label = f"node '{n['name']}'" if isinstance(n.get("name"), str) else \
@@ -285,10 +295,10 @@ class _Reader:
         name, opname = n["name"], n["op"]
         if not isinstance(name, str) or not name:
             raise SerializationError(f"nodes[{i}]: name must be a non-empty string, "
-                                     f"got {name!r}")
+                                     f"got {short_repr(name)}")
         if not isinstance(opname, str):
             raise SerializationError(f"node '{name}': op must be a string (\"null\" for a "
-                                     f"variable), got {opname!r}")
+                                     f"variable), got {short_repr(opname)}")
         extra = sorted(set(n) - set(_NODE_KEYS))
         if extra:
             raise SerializationError(f"node '{name}': unknown key(s) {', '.join(extra)}; "
@@ -313,7 +323,8 @@ class _Reader:
             if d is None:
                 continue
             if not isinstance(d, dict):
-                raise SerializationError(f"{label}: '{field}' must be an object, got {d!r}")
+                raise SerializationError(f"{label}: '{field}' must be an object, got "
+                                         f"{short_repr(d)}")
             for k, v in d.items():
                 attrs[k] = _attr_value(label, k, v)
                 if field == "attr":
@@ -322,7 +333,7 @@ class _Reader:
                     user.discard(k)
         ins = n["inputs"]
         if not isinstance(ins, list):
-            raise SerializationError(f"{label}: inputs must be a list, got {ins!r}")
+            raise SerializationError(f"{label}: inputs must be a list, got {short_repr(ins)}")
         if op is None and ins:
             raise SerializationError(f"{label}: a variable (op \"null\") has no inputs, "
                                      f"this one has {len(ins)}")
@@ -418,11 +429,11 @@ class _Reader:
         head_entries = [self._entry(h, f"heads[{k}]") for k, h in enumerate(heads)]
         args = self.doc["arg_nodes"]
         if not isinstance(args, list):
-            raise SerializationError(f"'arg_nodes' must be a list, got {args!r}")
+            raise SerializationError(f"'arg_nodes' must be a list, got {short_repr(args)}")
         for a in args:
             if not isinstance(a, int) or not 0 <= a < len(self.raw):
-                raise SerializationError(f"arg_nodes lists {a!r}, which is not a node id "
-                                         f"(0..{len(self.raw) - 1})")
+                raise SerializationError(f"arg_nodes lists {short_repr(a)}, which is not a "
+                                         f"node id (0..{len(self.raw) - 1})")
             if self.raw[a].op is not None:
                 raise SerializationError(f"arg_nodes lists node {a} ('{self.raw[a].name}'), "
                                          f"which is a {self.raw[a].op.name} node, not a "

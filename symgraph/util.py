@@ -104,3 +104,15 @@ def parse_dims(text: str) -> tuple:
         if not re.fullmatch(r"\s*[0-9]+\s*", d) or int(d) == 0:
             raise ValueError(f"{d.strip()!r} is not a positive whole number")
     return tuple(int(d) for d in parts)
+
+
+def short_repr(value, limit: int = 80) -> str:
+    """``repr(value)`` on one line of at most ``limit`` characters, for
+    error messages about input that may be huge or hold line breaks (a
+    400-digit attribute, a 20,000-character name)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 -- an object whose repr fails still gets named
+        text = f"<a {type(value).__name__}>"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."

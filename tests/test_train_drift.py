@@ -105,3 +105,65 @@ def test_module_refuses_float64_without_x64_as_the_executor_does():
         mod = sg.mod.Module(net)
         mod.fit(sg.io.NDArrayIter(x, y, batch_size=4), num_epoch=1)
         assert mod.get_params()[0]["fc1_weight"].dtype == "float32"
+
+
+def bound(net=None, devices=1, **kw):
+    mod = sg.mod.Module(net or softmax_net(), context=[sg.cpu(i) for i in range(devices)], **kw)
+    mod.bind([sg.io.DataDesc("data", (4, 6), "float32")],
+             [sg.io.DataDesc("softmax_label", (4,), "float32")])
+    mod.init_params(sg.init.Xavier(), seed=0)
+    return mod
+
+
+def test_mxnet_arguments_symgraph_does_not_implement_are_refused_by_name():
+    net = softmax_net()
+    for kw, fragment in [({"state_names": ["h0"]}, "set_states"),
+                         ({"group2ctxs": {"dev1": [sg.cpu(1)]}}, "model parallel"),
+                         ({"compression_params": {"type": "2bit"}}, "uncompressed")]:
+        (name, value), = kw.items()
+        fails(lambda: sg.mod.Module(net, **kw), TrainError, f"{name}={value!r}",
+              "not supported", fragment)
+        sg.mod.Module(net, **{name: None})  # the default (and MXNet's) is fine
+    fails(lambda: sg.mod.Module(net, context=[sg.cpu(0), sg.cpu(1)], work_load_list=[1]),
+          BindError, "work_load_list has 1 entries for 2 contexts")
+    fails(lambda: sg.mod.Module(net, work_load_list=[1, 2]), BindError, "work_load_list")
+    sg.mod.Module(net, context=[sg.cpu(0), sg.cpu(1)], work_load_list=[1, 1])  # even: fine
+
+    it = sg.io.NDArrayIter(np.zeros((4, 6)), np.zeros(4), batch_size=4)
+    fails(lambda: sg.mod.Module(net).fit(it, num_epoch=1, monitor=object()), TrainError,
+          "monitor=", "get_internals")
+    fails(lambda: sg.mod.Module(net).fit(it, num_epoch=1, sparse_row_id_fn=lambda b: {}),
+          TrainError, "sparse_row_id_fn=", "no sparse arrays")
+    mod = bound(net)
+    fails(lambda: mod.score(it, "acc", sparse_row_id_fn=lambda b: {}), TrainError,
+          "sparse_row_id_fn=")
+    mod.forward(next(iter(it)), is_train=False)
+    fails(lambda: mod.get_outputs(merge_multi_context=False), TrainError,
+          "merge_multi_context=False is not supported", "whole batch")
+    fails(lambda: mod.get_input_grads(merge_multi_context=False), TrainError,
+          "merge_multi_context")
+    fails(lambda: mod.update_metric(sg.metric.create("acc"), [np.zeros(4)], pre_sliced=True),
+          TrainError, "pre_sliced=True is not supported")
+    # a layout whose batch axis is not 0 would be split along the wrong axis
+    fails(lambda: sg.mod.Module(net).bind([sg.io.DataDesc("data", (4, 6), layout="TN")],
+                                          [sg.io.DataDesc("softmax_label", (4,))]),
+          BindError, "layout 'TN', batch axis 1")
+
+
+def test_multi_precision_is_refused_for_low_precision_weights_only():
+    mod = sg.mod.Module(softmax_net())
+    mod.bind([sg.io.DataDesc("data", (4, 6), "float16")],
+             [sg.io.DataDesc("softmax_label", (4,), "float32")])
+    mod.init_params(sg.init.Xavier(), seed=0)
+    fails(lambda: mod.init_optimizer(optimizer_params={"multi_precision": True}), TrainError,
+          "multi_precision=True is not supported", "float16", "compute_dtype='float16'")
+    mod.init_optimizer(optimizer_params={"multi_precision": False})  # updates in float16
+    # float32 weights: MXNet's multi_precision changes nothing, nor does symgraph's
+    a, b = bound(), bound()
+    a.init_optimizer(optimizer_params={"learning_rate": 0.1, "multi_precision": True})
+    b.init_optimizer(optimizer_params={"learning_rate": 0.1})
+    batch = sg.io.DataBatch([np.random.default_rng(0).normal(size=(4, 6))], [LABELS[4:8]])
+    for m in (a, b):
+        m.train_step(batch)
+    for k, v in a.get_params()[0].items():
+        np.testing.assert_array_equal(v.asnumpy(), b.get_params()[0][k].asnumpy())

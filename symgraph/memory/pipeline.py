@@ -17,7 +17,7 @@ from ..errors import PlanError
 from ..graph import Graph
 from ..passes.fuse import Fusion, fuse as fuse_pass, no_fusion
 from ..passes.gradient import build_gradient_with_heads
-from ..passes.infer import Inferred, infer_shapes
+from ..passes.infer import Inferred, check_shapes, infer_shapes
 from ..passes.prune import prune
 from ..passes.schedule import schedule as schedule_pass
 from . import arena as arena_mod
@@ -245,6 +245,7 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
             raise PlanError("lower_bound is a bound, not a plan; choose one of "
                             + ", ".join(PLACED))
         raise PlanError(f"unknown strategy {strategy!r}; choose one of {', '.join(PLACED)}")
+    shapes = check_shapes(shapes)  # checked once, here: the report shows them
     timings = {}
     t0 = time.perf_counter()
     g, inf, n_fwd, grads = build_graph(net, shapes, train, dtypes, outputs, wrt,

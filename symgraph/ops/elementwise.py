@@ -12,8 +12,8 @@ import jax.numpy as jnp
 
 from ..errors import ShapeError
 from .backward import register_backward
-from .registry import (Attr, OpDef, Sample, bool_attr, choice_attr, float_attr, int_attr,
-                       numel, register, unify)
+from .registry import (Attr, OpDef, Sample, bool_attr, choice_attr, float_attr, numel,
+                       positive_int_attr, register, unify)
 
 
 def same_shape(p, in_shapes):
@@ -164,7 +164,7 @@ def _sum_shape(p, in_shapes):
 
 # y = sum_i x_i; dx_i = dy
 register(OpDef(
-    name="ElementWiseSum", attrs={"num_args": Attr(int_attr)},
+    name="ElementWiseSum", attrs={"num_args": Attr(positive_int_attr)},
     arguments=lambda p: [f"arg{i}" for i in range(p.num_args)],
     lower=lambda p, ctx, *xs: sum(xs[1:], xs[0]), infer_shape=_sum_shape,
     inplace=lambda p: [(i, 0) for i in range(p.num_args)], category="elementwise",

@@ -23,7 +23,8 @@ from ..errors import ShapeError
 from ..lower import tie_to_first
 from .backward import register_backward
 from .registry import (Attr, OpDef, Params, Sample, bool_attr, choice_attr, dtype_attr,
-                       float_attr, int_attr, numel, optional_int_attr, register, shape_attr)
+                       float_attr, int_attr, numel, optional_int_attr, positive_int_attr,
+                       register, shape_attr)
 from .tensor import NHWC_AXIS, _attrs_of, _axis
 
 
@@ -61,7 +62,7 @@ def _fc_flops(p, ins, outs):
 
 _fc = register(OpDef(
     name="FullyConnected",
-    attrs={"num_hidden": Attr(int_attr), "no_bias": Attr(bool_attr, False),
+    attrs={"num_hidden": Attr(positive_int_attr), "no_bias": Attr(bool_attr, False),
            "flatten": Attr(bool_attr, True)},
     arguments=_fc_args, lower=_fc_lower, infer_shape=_fc_shape, flops=_fc_flops,
     samples=[Sample({"num_hidden": 5}, [(4, 3, 2)]),
@@ -173,8 +174,8 @@ CONV_ATTRS = {
     "stride": Attr(shape_attr, (), "default 1 per dimension"),
     "dilate": Attr(shape_attr, (), "default 1 per dimension"),
     "pad": Attr(shape_attr, (), "zero padding on both sides, default 0"),
-    "num_filter": Attr(int_attr),
-    "num_group": Attr(int_attr, 1),
+    "num_filter": Attr(positive_int_attr),
+    "num_group": Attr(positive_int_attr, 1),
     "no_bias": Attr(bool_attr, False),
     "layout": Attr(layout_attr, None, "only channel-first (NCW, NCHW, NCDHW)"),
 }
@@ -1106,8 +1107,8 @@ def _indices(p, data):
 
 _embedding = register(OpDef(
     name="Embedding",
-    attrs={"input_dim": Attr(int_attr, doc="vocabulary size"),
-           "output_dim": Attr(int_attr, doc="embedding size"),
+    attrs={"input_dim": Attr(positive_int_attr, doc="vocabulary size"),
+           "output_dim": Attr(positive_int_attr, doc="embedding size"),
            "dtype": Attr(dtype_attr, "float32", "dtype of weight and output"),
            "sparse_grad": Attr(bool_attr, False, "accepted; the gradient is always dense")},
     arguments=("data", "weight"), infer_shape=_embedding_shape, infer_type=_embedding_type,

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import OpError, ShapeError
+from ..util import short_repr
 
 Shape = tuple  # a tuple of ints
 
@@ -40,7 +41,10 @@ def _literal(v):
             return None
         try:
             return ast.literal_eval(s)
-        except (ValueError, SyntaxError):
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            # not a Python literal: the parser's own limits ('-' * 10**5 + '1'
+            # overflows its stack as a MemoryError) included; the caller
+            # refuses the string by name
             return s
     return v
 
@@ -55,7 +59,7 @@ def shape_attr(v) -> tuple:
     if isinstance(v, (tuple, list)) and all(
             isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in v):
         return tuple(int(x) for x in v)
-    raise ValueError(f"expected a tuple of ints such as (3, 3), got {v!r}")
+    raise ValueError(f"expected a tuple of ints such as (3, 3), got {short_repr(v)}")
 
 
 def optional_shape_attr(v):
@@ -65,11 +69,18 @@ def optional_shape_attr(v):
 
 def int_attr(v) -> int:
     v = _literal(v)
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer, float)):
-        raise ValueError(f"expected an integer, got {v!r}")
-    if int(v) != v:
-        raise ValueError(f"expected an integer, got {v!r}")
+    if (isinstance(v, bool) or not isinstance(v, (int, np.integer, float))
+            or (isinstance(v, float) and (not math.isfinite(v) or int(v) != v))):
+        raise ValueError(f"expected an integer, got {short_repr(v)}")
     return int(v)
+
+
+def positive_int_attr(v) -> int:
+    """An integer of at least 1 (a count or a size: ``num_hidden``, ``num_args``)."""
+    n = int_attr(v)
+    if n < 1:
+        raise ValueError(f"expected a positive integer, got {short_repr(v)}")
+    return n
 
 
 def optional_int_attr(v):
@@ -80,8 +91,11 @@ def optional_int_attr(v):
 def float_attr(v) -> float:
     v = _literal(v)
     if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
-        raise ValueError(f"expected a number, got {v!r}")
-    return float(v)
+        raise ValueError(f"expected a number, got {short_repr(v)}")
+    try:
+        return float(v)
+    except OverflowError:  # an integer of hundreds of digits
+        raise ValueError(f"{short_repr(v)} is out of the range of a float") from None
 
 
 def bool_attr(v) -> bool:
@@ -91,10 +105,11 @@ def bool_attr(v) -> bool:
             return True
         if s in ("false", "0"):
             return False
-        raise ValueError(f"expected True or False, got {v!r}")
-    if isinstance(v, (bool, np.bool_)) or v in (0, 1):
+        raise ValueError(f"expected True or False, got {short_repr(v)}")
+    if isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, float, np.number))
+                                            and v in (0, 1)):
         return bool(v)
-    raise ValueError(f"expected True or False, got {v!r}")
+    raise ValueError(f"expected True or False, got {short_repr(v)}")
 
 
 def str_attr(v) -> str:
@@ -105,7 +120,7 @@ def choice_attr(*choices: str) -> Callable[[Any], str]:
     def parse(v):
         s = str(v)
         if s not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {s!r}")
+            raise ValueError(f"expected one of {', '.join(choices)}, got {short_repr(s)}")
         return s
     parse.choices = choices
     return parse
@@ -114,8 +129,9 @@ def choice_attr(*choices: str) -> Callable[[Any], str]:
 def dtype_attr(v) -> str:
     try:
         return np.dtype(str(v) if not isinstance(v, type) else v).name
-    except TypeError:
-        raise ValueError(f"expected a dtype name such as float32, got {v!r}") from None
+    except (TypeError, ValueError, SyntaxError):  # NumPy parses some strings itself
+        raise ValueError(f"expected a dtype name such as float32, got {short_repr(v)}") \
+            from None
 
 
 def format_attr(v) -> str:
@@ -270,12 +286,12 @@ class OpDef:
                 hint = f"; did you mean {', '.join(near)}?" if near else (
                     f"; it accepts {', '.join(sorted(self.attrs)) or 'no attributes'}")
                 raise OpError(f"node '{node_name}' ({self.name}): unknown attribute "
-                              f"'{k}'{hint}")
+                              f"{short_repr(k)}{hint}")
             try:
                 parsed[k] = spec.parse(v)
-            except (ValueError, TypeError) as err:
-                raise OpError(f"node '{node_name}' ({self.name}): attribute {k}={v!r}: "
-                              f"{err}") from None
+            except (ValueError, TypeError, OverflowError) as err:
+                raise OpError(f"node '{node_name}' ({self.name}): attribute "
+                              f"{k}={short_repr(v)}: {err}") from None
             raw[k] = format_attr(v)
         for k, spec in self.attrs.items():
             if k not in parsed:
@@ -329,7 +345,7 @@ def get_op(name: str) -> OpDef:
         near += [k for k in difflib.get_close_matches(name, public, n=3, cutoff=0.5)
                  if k not in near]
         hint = f"; nearest known ops: {', '.join(near)}" if near else ""
-        raise OpError(f"unknown op '{name}'{hint}") from None
+        raise OpError(f"unknown op {short_repr(name)}{hint}") from None
 
 
 def list_ops(include_internal: bool = False) -> list[str]:

@@ -8,7 +8,7 @@ import numpy as np
 from ..errors import ShapeError
 from .backward import register_backward
 from .registry import (Attr, OpDef, Sample, bool_attr, dtype_attr, int_attr, numel,
-                       optional_int_attr, register, shape_attr, unify)
+                       optional_int_attr, positive_int_attr, register, shape_attr, unify)
 from .elementwise import INPLACE_FIRST, X, elementwise_flops, same_shape
 
 
@@ -41,13 +41,6 @@ def _axis(axis: int, ndim: int, what: str) -> int:
     if not -ndim <= axis < ndim:
         raise ShapeError(f"{what}={axis} is out of range for an input of rank {ndim}")
     return axis % ndim
-
-
-def positive_int_attr(v) -> int:
-    n = int_attr(v)
-    if n < 1:
-        raise ValueError(f"expected a positive integer, got {v!r}")
-    return n
 
 
 def _zero_flops(p, in_shapes, out_shapes):

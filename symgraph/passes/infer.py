@@ -8,6 +8,8 @@ that a later op determines is known to an earlier one too.
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +17,85 @@ import numpy as np
 from ..errors import OpError, ShapeError
 from ..graph import Graph
 from ..ops.registry import same_type, shape_attr
+from ..util import short_repr
+
+# the largest tensor a shape may describe: its element count must fit in
+# int64, or byte counts and NumPy's products overflow silently
+MAX_ELEMENTS = 2 ** 63 - 1
+
+
+def check_shape(name, shape) -> tuple:
+    """``shape`` as a tuple of Python ints; ShapeError naming ``name`` unless
+    it is a tuple or list of positive ints (Python or NumPy). Strings,
+    floats and bools are refused, never coerced: ``'23'`` is not (2, 3) and
+    ``(2.7, 784)`` not (2, 784)."""
+    if isinstance(shape, np.ndarray) and shape.ndim == 1:
+        shape = shape.tolist()
+    if not isinstance(shape, (tuple, list)):
+        raise ShapeError(f"shape of '{name}' must be a tuple of positive ints such as "
+                         f"(64, 784), got {short_repr(shape)}")
+    for d in shape:
+        if (isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer))
+                or d <= 0):
+            raise ShapeError(f"shape of '{name}' must be a tuple of positive ints such as "
+                             f"(64, 784), got {short_repr(shape)}")
+    dims = tuple(int(d) for d in shape)
+    if math.prod(dims) > MAX_ELEMENTS:
+        raise ShapeError(f"shape of '{name}' is too large: {short_repr(dims)} has more than "
+                         f"2**63 elements")
+    return dims
+
+
+def check_shapes(shapes) -> dict:
+    """``{input name: shape}`` validated where shapes enter (``sg.plan``,
+    ``infer_shape``, binding): names are strings, each shape is a tuple of
+    positive ints (``check_shape``) or None for unknown."""
+    if shapes is None:
+        return {}
+    if not isinstance(shapes, Mapping):
+        raise ShapeError(f"shapes must be a dict of input shapes such as "
+                         f"{{'data': (64, 784)}}, got {short_repr(shapes)}")
+    out = {}
+    for name, shape in shapes.items():
+        if not isinstance(name, str):
+            raise ShapeError(f"input names must be strings, got {short_repr(name)}")
+        out[name] = None if shape is None else check_shape(name, shape)
+    return out
+
+
+# MXNet's naming of parameters (as mx.viz hides them)
+_PARAM_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_moving_mean", "_moving_var",
+                   "_running_mean", "_running_var")
+
+
+def parameter_names(graph: Graph) -> set[str]:
+    """Variables that are parameters or aux states rather than data/labels.
+
+    Like mx.viz: names with a parameter suffix (``_weight``, ``_bias`` ...),
+    plus aux states and the inputs an op created itself under a name other
+    than data or label (``fc1_weight`` for ``FullyConnected``'s weight).
+    """
+    params = {n.name for n in graph.aux_states}
+    for n in graph.nodes:
+        if n.op is None:
+            if n.name.endswith(_PARAM_SUFFIXES):
+                params.add(n.name)
+            continue
+        names = n.op.arg_names(n.params) + n.op.aux_names(n.params)
+        for arg, e in zip(names, n.inputs):
+            if (e.node.op is None and arg not in ("data", "label", "lhs", "rhs")
+                    and e.node.name == f"{n.name}_{arg}"):
+                params.add(e.node.name)
+    return params
+
+
+def data_inputs(graph: Graph) -> list[str]:
+    """The variables a user gives shapes for: data and labels, not the
+    parameters inferred from them (all variables if every one looks like
+    a parameter)."""
+    params = parameter_names(graph)
+    names = [n.name for n in graph.variables if n.name not in params]
+    return names or [n.name for n in graph.variables]
 
 
 @dataclass(frozen=True)
@@ -59,6 +140,11 @@ def _merge(table, eid, value, what, node, slot):
         return False
     value = tuple(value) if isinstance(value, (tuple, list)) else value
     if old is None:
+        if what == "shape" and (any(d <= 0 for d in value) or math.prod(value) > MAX_ELEMENTS):
+            # an op's attributes gave an impossible tensor (MXNet checks each op)
+            raise ShapeError(f"node '{node.name}' ({node.op.name if node.op else 'variable'})"
+                             f": {slot} would have shape {short_repr(value)}; every "
+                             f"dimension must be positive and the size below 2**63")
         table[eid] = value
         return True
     if old != value:
@@ -72,13 +158,17 @@ def _run(graph: Graph, known: dict, kind: str):
     names = {n.name for n in graph.variables}
     for k in known:
         if k not in names:
-            raise ShapeError(f"'{k}' is not an input of the graph; inputs are "
-                             f"{', '.join(sorted(names))}")
+            given = data_inputs(graph)
+            rest = len(names) - len(given)
+            raise ShapeError(f"{short_repr(k)} is not an input of the graph; its inputs are "
+                             f"{', '.join(given)}"
+                             + (f" ({rest} parameters and aux states are inferred from "
+                                f"them)" if rest else ""))
     for n in graph.variables:
         eid = graph.entry_id_of_node(n)
         if n.name in known and known[n.name] is not None:
             v = known[n.name]
-            table[eid] = tuple(int(x) for x in v) if kind == "shape" else np.dtype(v).name
+            table[eid] = v if kind == "shape" else np.dtype(v).name
         elif kind == "shape":
             hint = _var_hint(n, "__shape__", shape_attr)
             if hint and all(d > 0 for d in hint):
@@ -125,9 +215,10 @@ def _run(graph: Graph, known: dict, kind: str):
             if len(outs) != n_out:
                 raise AssertionError(f"{node.op.name}.infer_{kind} gave {len(outs)} outputs")
             what = "shape" if kind == "shape" else "dtype"
+            # once per node, not per input: linear in a 4,000-input ElementWiseSum
+            slot_names = node.op.arg_names(node.params) + node.op.aux_names(node.params)
             for slot, (i, v) in enumerate(zip(in_ids, new_in)):
-                nm = (node.op.arg_names(node.params) + node.op.aux_names(node.params))[slot]
-                changed |= _merge(table, i, v, what, node, f"input '{nm}'")
+                changed |= _merge(table, i, v, what, node, f"input '{slot_names[slot]}'")
             for k, v in enumerate(outs):
                 changed |= _merge(table, base + k, v, what, node, f"output {k}")
     return table
@@ -150,7 +241,7 @@ def infer_shapes(graph: Graph, shapes: dict, dtypes: dict | None = None,
     With ``partial=False`` a shape that cannot be inferred is an error that
     names the inputs whose shapes are missing.
     """
-    shape_table = _run(graph, shapes, "shape")
+    shape_table = _run(graph, check_shapes(shapes), "shape")
     dtypes = dict(dtypes or {})
     for n in graph.variables:
         if n.name not in dtypes and "__dtype__" not in n.attrs:
@@ -163,6 +254,9 @@ def infer_shapes(graph: Graph, shapes: dict, dtypes: dict | None = None,
         unknown = [i for i, s in enumerate(shape_table) if s is None]
         if missing or unknown:
             if missing:
+                # name the data and labels to give, not the weights they determine
+                params = parameter_names(graph)
+                missing = [m for m in missing if m not in params] or missing
                 raise ShapeError(f"cannot infer the shape of {', '.join(missing)}: give "
                                  f"it, e.g. infer_shape({missing[0]}=(...))")
             nid = next(i for i in range(len(graph.nodes)) if graph.row_ptr[i + 1] > unknown[0])

@@ -72,6 +72,15 @@ def _host(x) -> np.ndarray:
     return np.asarray(x)
 
 
+def _refuse_given(what: str, value, why: str) -> None:
+    """TrainError for an MXNet argument given a value (not None, False or
+    empty) that symgraph does not implement: refused, never ignored."""
+    empty = value is None or value is False or (isinstance(value, (list, tuple, dict, str))
+                                                 and not value)
+    if not empty:
+        raise TrainError(f"{what}={value!r} is not supported: {why}")
+
+
 class Module:
     """A symbol bound to devices, with parameters, an optimizer and
     ``fit``/``score``/``predict`` (MXNet's ``mx.mod.Module``).
@@ -114,11 +123,23 @@ class Module:
         self._fixed_param_names = fixed
         self._aux_names = symbol.list_auxiliary_states()
         self._output_names = symbol.list_outputs()
+        _refuse_given("state_names", state_names,
+                      "Module has no states set by set_states(); feed such arrays with the "
+                      "batch (data_names) or keep them as fixed_param_names")
+        _refuse_given("group2ctxs", group2ctxs,
+                      "model parallel (parts of the net placed on other devices) is not built "
+                      "yet; context=[...] runs data parallel over its devices")
+        _refuse_given("compression_params", compression_params,
+                      "gradients are summed over the devices inside the compiled step, "
+                      "uncompressed")
         if work_load_list is not None and len(set(work_load_list)) > 1:
             raise BindError("uneven work_load_list is not supported: data parallel splits "
                             "every batch evenly over the devices")
         self._devices = DeviceSet(context)
         self._context = self._devices.contexts
+        if work_load_list is not None and len(work_load_list) != len(self._context):
+            raise BindError(f"work_load_list has {len(work_load_list)} entries for "
+                            f"{len(self._context)} contexts")
         self._compute_dtype = compute_dtype
         loss_scaling(loss_scale)  # a bad value fails here, not at bind
         self._loss_scale = loss_scale
@@ -226,6 +247,11 @@ class Module:
             if not d.shape or d.shape[0] != batch:
                 raise BindError(f"input '{d.name}' has shape {d.shape}; every input needs the "
                                 f"batch size {batch} first")
+            layout = getattr(d, "layout", None)
+            if DataDesc.get_batch_axis(layout) != 0:
+                raise BindError(f"input '{d.name}' has layout {layout!r}, batch axis "
+                                f"{DataDesc.get_batch_axis(layout)}; the Module takes the "
+                                f"batch on axis 0")
         if for_training:
             self._devices.check_batch_size(batch)
         if isinstance(grad_req, str):
@@ -404,6 +430,12 @@ class Module:
         else:
             raise TrainError(f"optimizer must be a name or an Optimizer, got "
                              f"{type(optimizer).__name__}")
+        low = [n for n in self._trainable if self._param_info[n][1] in ("float16", "bfloat16")]
+        if optimizer.multi_precision and low:
+            raise TrainError(f"multi_precision=True is not supported ('{low[0]}' is "
+                             f"{self._param_info[low[0]][1]}): bind float32 inputs and use "
+                             f"Module(compute_dtype='float16'), which keeps float32 master "
+                             f"weights")
         self._optimizer = optimizer
         if self._kvstore is not None:
             self._kvstore.set_optimizer(optimizer)
@@ -647,9 +679,15 @@ class Module:
 
     def get_outputs(self, merge_multi_context: bool = True) -> list[NDArray]:
         """The outputs of the last forward (whole batch, padding included)."""
+        if not merge_multi_context:
+            raise TrainError("merge_multi_context=False is not supported: outputs are "
+                             "always the whole batch, merged over the devices")
         return [NDArray(o) for o in self._outputs]
 
     def get_input_grads(self, merge_multi_context: bool = True) -> list[NDArray]:
+        if not merge_multi_context:
+            raise TrainError("merge_multi_context=False is not supported: input gradients are "
+                             "always the whole batch, merged over the devices")
         if not self.inputs_need_grad:
             raise TrainError("get_input_grads: bind with inputs_need_grad=True")
         return [NDArray(self._input_grads[n]) for n in self._data_names]
@@ -661,6 +699,8 @@ class Module:
     def update_metric(self, eval_metric, labels, pre_sliced: bool = False) -> None:
         """Updates ``eval_metric`` with the last outputs, leaving out the
         padding of the last batch."""
+        _refuse_given("pre_sliced", pre_sliced, "labels are the whole batch (the Module "
+                      "splits it over the devices itself)")
         labels = _as_list(labels)
         keep = None
         outs = [np.asarray(o) for o in self._outputs]
@@ -686,6 +726,10 @@ class Module:
         arguments). ``prefetch`` batches are prepared and copied to the
         devices on a background thread (0 turns that off); ``seed`` seeds the
         initializer."""
+        _refuse_given("monitor", monitor, "a step is one compiled program that keeps no "
+                      "intermediate values; group the ones to watch as outputs "
+                      "(symbol.get_internals()) and read them with get_outputs()")
+        _refuse_given("sparse_row_id_fn", sparse_row_id_fn, "symgraph has no sparse arrays")
         if num_epoch is None:
             raise TrainError("fit: please specify num_epoch")
         if initializer is None:
@@ -749,6 +793,7 @@ class Module:
               sparse_row_id_fn=None):
         """Runs inference over ``eval_data``; returns the metric's
         ``[(name, value)]``."""
+        _refuse_given("sparse_row_id_fn", sparse_row_id_fn, "symgraph has no sparse arrays")
         self._check_params("score")
         if reset:
             eval_data.reset()
@@ -808,7 +853,9 @@ class Module:
     def save_checkpoint(self, prefix: str, epoch: int, save_optimizer_states: bool = False,
                         remove_amp_cast: bool = True) -> None:
         """``prefix-symbol.json``, ``prefix-%04d.params`` and, optionally,
-        ``prefix-%04d.states``; each written atomically."""
+        ``prefix-%04d.states``; each written atomically. ``remove_amp_cast``
+        changes nothing: symgraph's symbols hold no amp_cast nodes (the
+        compute dtype is cast inside the compiled program)."""
         arg, aux = self._host_params() if self.binded else self._pending
         save_checkpoint(prefix, epoch, self.symbol, arg, aux)
         if save_optimizer_states:

@@ -57,7 +57,8 @@ class Optimizer:
         if lr_scheduler is not None and hasattr(lr_scheduler, "base_lr"):
             lr_scheduler.base_lr = self.lr
         # master weights are float32 in symgraph whatever the compute dtype
-        # (see Module's compute_dtype); the flag is kept for MXNet's signature
+        # (see Module's compute_dtype); the flag is kept for MXNet's signature,
+        # and Module refuses True for float16/bfloat16 weights (no master copy)
         self.multi_precision = bool(multi_precision)
         self.begin_num_update = int(begin_num_update)
         self.num_update = int(begin_num_update)
@@ -242,6 +243,8 @@ class SGD(Optimizer):
     the weight-decay term is not clipped)."""
 
     def __init__(self, momentum: float = 0.0, lazy_update: bool = True, **kwargs):
+        # lazy_update changes only MXNet's updates of row_sparse gradients;
+        # symgraph's are dense, for which both values give the same update
         super().__init__(**kwargs)
         self.momentum = float(momentum)
 
@@ -283,6 +286,7 @@ class Adam(Optimizer):
     def __init__(self, learning_rate: float | None = None, beta1: float = 0.9,
                  beta2: float = 0.999, epsilon: float = 1e-8, lazy_update: bool = True,
                  **kwargs):
+        # lazy_update: as SGD's, the same update for dense gradients
         super().__init__(learning_rate=learning_rate, **kwargs)
         self.beta1, self.beta2, self.epsilon = float(beta1), float(beta2), float(epsilon)
 

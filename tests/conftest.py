@@ -9,6 +9,29 @@ if "--xla_force_host_platform_device_count" not in _flags:
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 # Gradient checks run in float64 where the ops allow it.
 jax.config.update("jax_enable_x64", True)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "x64_off: runs with jax_enable_x64 off, as users run (float32 by default); "
+        "a module opts in whole with pytestmark = pytest.mark.x64_off")
+
+
+@pytest.fixture(autouse=True)
+def _x64_mode(request):
+    """x64_off tests run inside ``jax.enable_x64(False)``: a context manager
+    (restored even when the test fails), and every jit traced inside it
+    traces apart (the flag is part of JAX's trace context), so nothing
+    compiled with x64 on is reused. The check after the test is that the
+    process-global default came back on for the tests that follow in this
+    worker."""
+    if request.node.get_closest_marker("x64_off") is None:
+        yield
+        return
+    with jax.enable_x64(False):
+        yield
+    assert jax.config.read("jax_enable_x64"), "jax_enable_x64 leaked out of an x64_off test"

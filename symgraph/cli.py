@@ -29,6 +29,24 @@ class UsageError(SymgraphError):
     """Bad command-line arguments."""
 
 
+class MissingDependency(SymgraphError):
+    """A third-party package a command needs is not installed."""
+
+
+def _missing_dependency(err: ImportError) -> MissingDependency | None:
+    """The error to report for ``err`` if it says a third-party package is
+    not installed; None for anything else -- an ImportError from inside
+    symgraph is a bug and must propagate, not make a command vanish."""
+    name = getattr(err, "name", None)
+    if not isinstance(err, ModuleNotFoundError) or not name:
+        return None
+    top = name.split(".")[0]
+    if top == "symgraph":
+        return None
+    return MissingDependency(f"this command needs the Python package '{top}', which is not "
+                             f"installed (pip install {top}, or reinstall symgraph)")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, like every other bad input
         raise UsageError(f"{self.prog}: {message}")
@@ -85,14 +103,18 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     parser.add_argument("--version", action="version", version=f"symgraph {__version__}")
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser.unavailable = {}  # command -> MissingDependency, raised when it is run
     for name, (module, help_) in SUBCOMMANDS.items():
         try:
             mod = importlib.import_module(module)
         except ImportError as err:
-            if err.name and err.name.startswith(module.rsplit(".", 1)[0]) or \
-                    (err.name and module.startswith(err.name)):
-                continue  # not built yet in this checkout
-            raise
+            missing = _missing_dependency(err)
+            if missing is None:
+                raise
+            # the command stays listed and says what to install when run
+            subs.add_parser(name, help=f"{help_} (unavailable: {missing})")
+            parser.unavailable[name] = missing
+            continue
         # the module docstring is the description: keep its line breaks
         sub = subs.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip(),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -104,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     try:
         parser = build_parser()
+        argv = sys.argv[1:] if argv is None else list(argv)
+        # the global options take no value: the first other word is the command
+        command = next((a for a in argv if not a.startswith("-")), None)
+        if command in parser.unavailable:
+            raise parser.unavailable[command]
         args = parser.parse_args(argv)
         if not getattr(args, "_run", None):
             parser.print_help()
@@ -128,6 +155,13 @@ def main(argv=None) -> int:
         return 2
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
         print(f"symgraph: error: {err}", file=sys.stderr)
+        return 2
+    except ImportError as err:
+        # a package imported when a command runs (graphviz, Pillow ...)
+        missing = _missing_dependency(err)
+        if missing is None:
+            raise
+        print(f"symgraph: error: {missing}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("symgraph: interrupted", file=sys.stderr)

@@ -233,7 +233,7 @@ def test_block_pool_prefers_the_smallest_larger_block_and_stamps():
     assert pool.request(150, lambda stamp: stamp == "x") == big
     assert pool.request(150) == mid
     pool.release(mid)
-    with pytest.raises(AssertionError, match="released twice"):
+    with pytest.raises(PlanError, match="released twice"):
         pool.release(mid)
 
 
@@ -255,7 +255,7 @@ def test_offset_heap_best_fit_and_merge():
     assert h.peak == 250
     h.free(c, 100)         # the top comes back
     assert h.top == 150
-    with pytest.raises(AssertionError, match="double free"):
+    with pytest.raises(PlanError, match="double free"):
         h.free(0, 10)
         h.free(0, 10)
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import bisect
 
+from ..errors import PlanError
+
 
 class BlockPool:
     """A pool of storage blocks matched by size (see the module docstring)."""
@@ -123,7 +125,9 @@ class BlockPool:
     def release(self, block: int, stamp=None, until=None) -> None:
         """Returns ``block`` to the free pool, stamped (see the module docstring)."""
         # invariant: a block is free at most once, or two tensors would share it
-        assert not self._is_free[block], f"block {block} released twice"
+        if self._is_free[block]:
+            raise PlanError(f"block {block} released twice (a planner bug: two tensors "
+                            f"would share its storage)")
         self._is_free[block] = True
         size = self.sizes[block]
         lst = self._free.get(size)
@@ -174,8 +178,9 @@ class OffsetHeap:
         starts, ends = self._starts, self._ends
         i = bisect.bisect_left(starts, offset)
         # invariant: the range is in use, so it overlaps no hole
-        assert (i == len(starts) or starts[i] >= end) and (i == 0 or ends[i - 1] <= offset), \
-            f"double free of [{offset}, {end})"
+        if not ((i == len(starts) or starts[i] >= end) and (i == 0 or ends[i - 1] <= offset)):
+            raise PlanError(f"double free of bytes [{offset}, {end}) (a planner bug: two "
+                            f"tensors would share them)")
         if i > 0 and ends[i - 1] == offset:
             i -= 1
             offset = starts[i]

@@ -144,7 +144,9 @@ class StaticCheck:
             i = bl(starts, offset[t])
             while i < len(starts) and owner[i] != t and starts[i] == offset[t]:
                 i += 1
-            assert i < len(starts) and owner[i] == t, "verify: lost a live range"
+            if not (i < len(starts) and owner[i] == t):  # an invariant of this check
+                raise PlanError(f"verify {name}: lost the live range of tensor "
+                                f"{live.tensor_name(t)} (a bug in the check)")
             del starts[i], ends[i], owner[i]
 
         for s in range(live.num_steps):

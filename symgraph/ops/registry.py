@@ -22,6 +22,8 @@ from ..errors import OpError, ShapeError
 from ..util import short_repr
 
 Shape = tuple  # a tuple of ints
+# the fusion categories an op may declare
+CATEGORIES = ("elementwise", "injective", "reduction", "opaque")
 
 REQUIRED = object()
 
@@ -250,7 +252,9 @@ class OpDef:
             self.visible_outputs = _const(self.visible_outputs)
         if self.infer_type is None:
             self.infer_type = self.default_type
-        assert self.category in ("elementwise", "injective", "reduction", "opaque"), self.category
+        if self.category not in CATEGORIES:
+            raise OpError(f"op '{self.name}': category {self.category!r} is not one of "
+                          f"{', '.join(CATEGORIES)}")
 
     # names and counts
     def arg_names(self, p) -> list[str]:

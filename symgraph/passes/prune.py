@@ -132,5 +132,7 @@ def _map(e: Entry, new: dict, remap: dict) -> Entry:
         return e
     index_map = remap.get(id(e.node))
     idx = e.index if index_map is None else index_map[e.index]
-    assert idx is not None, "a read output was pruned"  # only unread ones are cleared
+    if idx is None:  # only unread outputs are cleared: a bug in this pass
+        raise GraphError(f"prune: output {e.index} of node '{e.node.name}' is read but was "
+                         f"pruned")
     return Entry(node, idx)

@@ -201,71 +201,319 @@ def check_slots(live: Liveness, slot, slot_size, nbytes=None, name: str = "plan"
 # --------------------------------------------------------------------------
 # the arena interpreter
 # --------------------------------------------------------------------------
+# ops whose kernels are position-wise: an output written over its input in
+# place may only read the input's elements it has not yet overwritten
+STREAMED = ("elementwise", "injective")
+
+
+def poison_bytes(dtype, nbytes: int) -> bytes:
+    """The bytes a dead tensor of ``dtype`` is overwritten with: all ones
+    for floats (a NaN whose payload no arithmetic produces) and bools, the
+    most negative value for signed ints, the largest for unsigned ones."""
+    import jax.numpy as jnp
+    dt = _np_dtype(dtype)
+    if jnp.issubdtype(dt, jnp.integer):
+        info = np.iinfo(dt)
+        v = info.max if info.min == 0 else info.min
+        return np.full(nbytes // dt.itemsize, v, dtype=dt).tobytes()
+    return b"\xff" * nbytes
+
+
 class ArenaInterpreter(JaxInterpreter):
     """Runs ``live.graph`` step by step with every planned tensor stored at
-    ``offset[t]`` of one NumPy buffer; other values (variables, parameter
-    gradients, fused intermediates) are kept aside."""
+    ``offset[t]`` of one byte buffer; other values (variables, parameter
+    gradients, fused intermediates) are kept aside. Each op computes from
+    the bytes it finds there, so a wrong plan shows:
+
+    - the buffer starts poisoned, and every tensor's bytes are poisoned
+      (``poison_bytes``: NaN for floats) right after its last read, so a
+      read of memory that something else wrote, or that is dead, sees it;
+    - ``check_reads``: every read of a tensor must find the bytes its
+      writer stored (PlanError naming the tensor, the step and whether the
+      bytes are poison or another tensor's), even where the op's result
+      would hide the change (a relu of negatives, half a SliceChannel);
+    - an output of a step may not overlap an input or another output of
+      the same step -- whose bytes a real kernel reads while writing --
+      unless it is a declared inplace pair the plan took: same range, the
+      input read once there, dying there, no graph output;
+    - such a pair is run aliased: for ops whose kernels are position-wise
+      (every member ``elementwise`` or ``injective``) the step is
+      recomputed chunk by chunk from the buffer as its in-place outputs
+      overwrite their inputs (chunks in the order 0, k-1, 1, k-2, ...),
+      so an op that reads elements it has overwritten (in either
+      direction) is caught; other ops are taken to read their whole input
+      before writing (as MXNet's softmax kernels do).
+
+    ``inplace_taken`` lists the (input, output) tensor pairs run in place.
+    The lifetimes are recomputed here from the nodes' inputs, not taken
+    from the planner's arrays. Inputs an op reads only for their shape
+    (``OpDef.shape_inputs``) are no reads: the op gets a poisoned array of
+    the right shape.
+    """
 
     def __init__(self, live: Liveness, offset, total: int, is_train: bool, key=None,
-                 fill: int = 0xFF):
+                 check_reads: bool = True, chunks: int = 4):
         super().__init__(live.graph, is_train, key)
         self.live = live
-        self.offset = offset
+        self.offset = [int(o) for o in offset]
         self.total = int(total)
-        self.fill = fill
+        self.check_reads = check_reads
+        self.chunks = max(int(chunks), 1)
         self.buffer = None
+        self.inplace_taken: list = []
+        self._prepare()
+
+    # -- what the run needs, from the graph and the offsets --------------------------
+    def _prepare(self) -> None:
+        live, g = self.live, self.graph
+        if len(self.offset) != live.num_tensors:
+            raise PlanError(f"arena run: {len(self.offset)} offsets for "
+                            f"{live.num_tensors} tensors")
+        inf = live.inferred
+        n = live.num_tensors
+        self.shape = [tuple(inf.shapes[live.entry[t]]) for t in range(n)]
+        self.dtype = [np.dtype(_np_dtype(inf.dtypes[live.entry[t]])) for t in range(n)]
+        self.nbytes = [int(np.prod(s, dtype=np.int64)) * d.itemsize
+                       for s, d in zip(self.shape, self.dtype)]
+        for t in range(n):
+            a = self.offset[t]
+            if a < 0 or a + self.nbytes[t] > self.total:
+                raise PlanError(f"arena run: tensor {live.tensor_name(t)} "
+                                f"[{a}, {a + self.nbytes[t]}) lies outside the arena of "
+                                f"{self.total} bytes")
+        kind, tensor_of, in_eids, rp = live.kind, live.tensor_of, live.in_eids, g.row_ptr
+        nsteps = live.num_steps
+
+        def planned(eid):
+            return tensor_of[eid] if kind[eid] == PLANNED else -1
+
+        writer = [-1] * n
+        last = [-1] * n
+        reads = []      # per step: the planned tensors its ops read data from (repeats kept)
+        outs = []       # per step: the planned tensors it writes
+        for s, members in enumerate(live.steps):
+            rs, ws = [], []
+            for nid in members:
+                node = g.nodes[nid]
+                shape_only = set(node.op.shape_inputs(node.params))
+                for i, eid in enumerate(in_eids[nid]):
+                    t = planned(eid)
+                    if t >= 0 and i not in shape_only:
+                        if writer[t] < 0 or writer[t] >= s:
+                            raise PlanError(f"arena run: step {s} ('{live.step_name(s)}') "
+                                            f"reads {live.tensor_name(t)} before it is written")
+                        rs.append(t)
+                        last[t] = s
+                for eid in range(rp[nid], rp[nid + 1]):
+                    t = planned(eid)
+                    if t >= 0:
+                        writer[t] = s
+                        ws.append(t)
+            reads.append(rs)
+            outs.append(ws)
+        pinned = {planned(g.entry_id(e)) for e in g.outputs} - {-1}
+        internal = {}
+        for grp in live.fusion.groups:
+            for m in grp[:-1]:
+                internal[rp[m]] = m
+        # per step: output -> the input it takes over in place (declared, taken
+        # by the plan: same range; allowed: read once here, dies here, no output)
+        inplace = [{} for _ in range(nsteps)]
+        for s, members in enumerate(live.steps):
+            if not outs[s]:
+                continue
+            for xe, oe in declared_pairs(g, members, in_eids, internal):
+                x, o = planned(xe), planned(oe)
+                if (x >= 0 and o >= 0 and self.offset[x] == self.offset[o]
+                        and self.nbytes[x] == self.nbytes[o] and x not in pinned
+                        and last[x] == s and reads[s].count(x) == 1
+                        and x not in inplace[s].values() and o not in inplace[s]):
+                    inplace[s][o] = x
+        self.writer, self.last, self.reads, self.outs = writer, last, reads, outs
+        self.pinned, self.inplace = pinned, inplace
+        self.dies = [[] for _ in range(nsteps)]
+        for t in range(n):
+            if t in pinned:
+                continue
+            self.dies[last[t] if last[t] >= 0 else writer[t]].append(t)
+
+    def _range(self, t: int) -> tuple:
+        return self.offset[t], self.offset[t] + self.nbytes[t]
 
     def _view(self, t: int):
+        count = self.nbytes[t] // self.dtype[t].itemsize
+        return np.frombuffer(self.buffer, dtype=self.dtype[t], count=count,
+                             offset=self.offset[t]).reshape(self.shape[t])
+
+    def _poison(self, t: int) -> None:
+        a, b = self._range(t)
+        self.buffer[a:b] = poison_bytes(self.dtype[t], b - a)
+
+    def _check_step(self, s: int) -> None:
+        """An output overlaps no input and no other output of its step, but
+        for an inplace pair the plan took."""
         live = self.live
-        eid = live.entry[t]
-        shape = live.inferred.shapes[eid]
-        dtype = np.dtype(_np_dtype(live.inferred.dtypes[eid]))
-        count = int(np.prod(shape, dtype=np.int64))
-        return np.frombuffer(self.buffer, dtype=dtype, count=count,
-                             offset=int(self.offset[t])).reshape(shape)
+        outs, al = self.outs[s], self.inplace[s]
+        ins = sorted(set(self.reads[s]))
+        for j, o in enumerate(outs):
+            a, b = self._range(o)
+            for x in ins:
+                c, d = self._range(x)
+                if a < d and c < b and al.get(o) != x:
+                    raise PlanError(
+                        f"arena run: at step {s} ('{live.step_name(s)}') output "
+                        f"{live.tensor_name(o)} [{a}, {b}) overlaps its input "
+                        f"{live.tensor_name(x)} [{c}, {d}), which is no inplace pair "
+                        f"the plan may take there")
+            for o2 in outs[:j]:
+                c, d = self._range(o2)
+                if a < d and c < b:
+                    raise PlanError(
+                        f"arena run: at step {s} ('{live.step_name(s)}') outputs "
+                        f"{live.tensor_name(o2)} [{c}, {d}) and {live.tensor_name(o)} "
+                        f"[{a}, {b}) overlap")
+
+    def _read(self, t: int, s: int, checked: bool):
+        view = self._view(t)
+        if checked and self.check_reads:
+            got, want = view.tobytes(), self.written[t]
+            if got != want:
+                live = self.live
+                where = f"step {s} ('{live.step_name(s)}')" if s < live.num_steps \
+                    else "the end (graph output)"
+                poison = poison_bytes(self.dtype[t], len(got))
+                nbad = sum(1 for k in range(0, len(got), self.dtype[t].itemsize)
+                           if got[k:k + self.dtype[t].itemsize]
+                           != want[k:k + self.dtype[t].itemsize])
+                what = "poison (memory freed)" if all(
+                    got[k] == poison[k] for k in range(len(got)) if got[k] != want[k]) \
+                    else "another tensor's values"
+                raise PlanError(
+                    f"arena run: at {where} tensor {live.tensor_name(t)} "
+                    f"[{self.offset[t]}, {self.offset[t] + self.nbytes[t]}) holds {what} "
+                    f"in {nbad} of {view.size} elements written at step {self.writer[t]}: "
+                    f"overwritten while live")
+        import jax.numpy as jnp
+        return jnp.asarray(view.copy())
+
+    def _eval_step(self, s: int, aside: dict, checked: bool) -> dict:
+        """Runs the ops of step s reading planned inputs from the buffer;
+        entry id -> value of every output (fused intermediates go aside)."""
+        import jax.numpy as jnp
+        live, g = self.live, self.graph
+        kind, tensor_of, rp = live.kind, live.tensor_of, g.row_ptr
+        local: dict = {}
+        cache: dict = {}
+        for nid in live.steps[s]:
+            node = g.nodes[nid]
+            shape_only = set(node.op.shape_inputs(node.params))
+            ins = []
+            for i, eid in enumerate(live.in_eids[nid]):
+                t = tensor_of[eid] if kind[eid] == PLANNED else -1
+                if t < 0:
+                    ins.append(local[eid] if eid in local else aside[eid])
+                elif i in shape_only:  # the op may use its shape, never its data
+                    ins.append(jnp.asarray(np.frombuffer(
+                        poison_bytes(self.dtype[t], self.nbytes[t]),
+                        dtype=self.dtype[t]).reshape(self.shape[t])))
+                else:
+                    if t not in cache:
+                        cache[t] = self._read(t, s, checked)
+                    ins.append(cache[t])
+            for k, v in enumerate(self.eval_node(node, ins)):
+                local[rp[nid] + k] = v
+        return local
+
+    def _store(self, t: int, v, node_name: str, k: int, lo: int = 0, hi: int | None = None):
+        view = self._view(t)
+        arr = np.asarray(v)
+        if arr.shape != view.shape or arr.dtype != view.dtype:
+            raise PlanError(f"arena run: node '{node_name}' output {k} is "
+                            f"{arr.dtype}{list(arr.shape)}, the plan expected "
+                            f"{view.dtype}{list(view.shape)}")
+        if hi is None:
+            view[...] = arr
+        else:
+            view.reshape(-1)[lo:hi] = arr.reshape(-1)[lo:hi]
 
     def run(self, feeds: dict) -> list:
         import jax.numpy as jnp
         live, g = self.live, self.graph
         rp = g.row_ptr
-        # 0xFF bytes read as NaN for floats: a read of an unwritten range shows
-        self.buffer = bytearray([self.fill]) * max(self.total, 1)
-        aside: dict[int, object] = {}
+        kind, tensor_of = live.kind, live.tensor_of
+        self.buffer = bytearray(b"\xff") * max(self.total, 1)  # poison: NaN for floats
+        self.written: dict = {}
+        self.inplace_taken = []
+        aside: dict = {}
         for n in g.variables:
-            eid = rp[g.node_id(n)]
             if n.name not in feeds:
                 raise PlanError(f"arena run: no value given for input '{n.name}'")
-            aside[eid] = jnp.asarray(feeds[n.name])
-        kind, tensor_of, in_eids = live.kind, live.tensor_of, live.in_eids
-        for members in live.steps:
+            aside[rp[g.node_id(n)]] = jnp.asarray(feeds[n.name])
+        for s, members in enumerate(live.steps):
+            self._check_step(s)
+            local = self._eval_step(s, aside, checked=True)
+            al = self.inplace[s]
+            streamed = bool(al) and all(g.nodes[nid].op.category in STREAMED
+                                        for nid in members)
             for nid in members:
-                node = g.nodes[nid]
-                ins = []
-                for eid in in_eids[nid]:
-                    t = tensor_of[eid] if kind[eid] == PLANNED else -1
-                    if t >= 0:
-                        ins.append(jnp.asarray(self._view(t).copy()))
-                    else:
-                        ins.append(aside[eid])
-                outs = self.eval_node(node, ins)
-                for k, v in enumerate(outs):
+                for k in range(g.nodes[nid].num_outputs):
                     eid = rp[nid] + k
                     t = tensor_of[eid] if kind[eid] == PLANNED else -1
                     if t < 0:
-                        aside[eid] = v
-                        continue
-                    view = self._view(t)
-                    arr = np.asarray(v)
-                    if arr.shape != view.shape:
-                        raise PlanError(f"arena run: node '{node.name}' output {k} has shape "
-                                        f"{arr.shape}, the plan expected {view.shape}")
-                    view[...] = arr
+                        aside[eid] = local[eid]
+                    elif not (streamed and t in al):
+                        self._store(t, local[eid], g.nodes[nid].name, k)
+            if al:
+                self.inplace_taken.extend((x, o) for o, x in al.items())
+            if streamed:
+                self._run_aliased(s, local, aside)
+            for t in self.outs[s]:
+                self.written[t] = self._view(t).tobytes()
+            # dead after this step: inputs read for the last time (but those an
+            # output took over in place) and outputs nobody reads; the step
+            # check above made sure no other output lies there
+            taken = set(al.values())
+            for t in self.dies[s]:
+                if t not in taken:
+                    self._poison(t)
         result = []
         for e in g.outputs:
             eid = g.entry_id(e)
             t = tensor_of[eid] if kind[eid] == PLANNED else -1
-            result.append(jnp.asarray(self._view(t).copy()) if t >= 0 else aside[eid])
+            result.append(self._read(t, live.num_steps, True) if t >= 0 else aside[eid])
         return result
+
+    def _run_aliased(self, s: int, local: dict, aside: dict) -> None:
+        """Writes step s's in-place outputs chunk by chunk over their inputs,
+        recomputing the step from the buffer before each chunk; PlanError if
+        the result differs from the step run out of place."""
+        live, g = self.live, self.graph
+        al = self.inplace[s]
+        eid_of = {o: live.entry[o] for o in al}
+        size = {o: self.nbytes[o] // self.dtype[o].itemsize for o in al}
+        k = self.chunks
+        order = []
+        lo_i, hi_i = 0, k - 1
+        while lo_i <= hi_i:  # 0, k-1, 1, k-2, ...: reads in both directions show
+            order.append(lo_i)
+            if hi_i != lo_i:
+                order.append(hi_i)
+            lo_i, hi_i = lo_i + 1, hi_i - 1
+        for j, c in enumerate(order):
+            vals = local if j == 0 else self._eval_step(s, aside, checked=False)
+            for o in al:
+                n = size[o]
+                self._store(o, vals[eid_of[o]], live.step_name(s), 0,
+                            n * c // k, n * (c + 1) // k)
+        for o, x in al.items():
+            want = np.asarray(local[eid_of[o]])
+            got = self._view(o)
+            if got.tobytes() != want.tobytes():
+                raise PlanError(
+                    f"arena run: at step {s} ('{live.step_name(s)}') output "
+                    f"{live.tensor_name(o)} written in place over {live.tensor_name(x)} "
+                    f"differs from the step run out of place: its inplace declaration "
+                    f"does not hold (the op reads elements it has already overwritten)")
 
 
 def _np_dtype(name):
@@ -295,21 +543,37 @@ def random_feeds(live: Liveness, seed: int = 0, label_names=None) -> dict:
 
 
 def check_arena(live: Liveness, offset, total: int, is_train: bool, feeds=None, key=None,
-                name: str = "plan", rtol: float = 0.0, atol: float = 0.0) -> None:
-    """Runs the arena interpreter and the plain lowering on the same inputs;
-    PlanError naming the first output that differs (exact by default:
-    both compute the same ops on the same values)."""
+                name: str = "plan", rtol: float = 0.0, atol: float = 0.0,
+                seeds=(0, 1), check_reads: bool = True) -> None:
+    """Runs the arena interpreter and the plain lowering on the same inputs,
+    once per seed of ``seeds`` (inputs from ``random_feeds``, the random key
+    from the seed: a clobbered value that happens to be right for one input
+    is not for the other), or once on ``feeds`` if given. PlanError when
+    the interpreter finds the plan wrong, or naming the first output that
+    differs: the same bytes by default (both compute the same ops on the
+    same values; a NaN equals nothing but the same NaN, so poison read
+    from a freed tensor fails), else ``rtol``/``atol`` without equal_nan."""
     import jax
-    feeds = random_feeds(live) if feeds is None else feeds
-    if key is None:
-        key = jax.random.key(0)
-    ref, _ = lower(live.graph, is_train)(feeds, key)
-    got = ArenaInterpreter(live, offset, total, is_train, key).run(feeds)
+    runs = [(feeds, key)] if feeds is not None else [
+        (random_feeds(live, seed), key) for seed in seeds]
+    interp = ArenaInterpreter(live, offset, total, is_train, check_reads=check_reads)
     names = live.graph.list_outputs()
-    for nm, a, b in zip(names, got, ref):
-        a, b = np.asarray(a), np.asarray(b)
-        if a.shape != b.shape or not np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
-            diff = np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64))) \
-                if a.shape == b.shape else "shape"
-            raise PlanError(f"verify {name}: the arena run gives a different '{nm}' "
-                            f"than the plain lowering (max difference {diff})")
+    for (fd, k), seed in zip(runs, seeds):
+        k = jax.random.key(seed) if k is None else k
+        ref, _ = lower(live.graph, is_train)(fd, k)
+        interp.key = k
+        got = interp.run(fd)
+        for nm, a, b in zip(names, got, ref):
+            a, b = np.asarray(a), np.asarray(b)
+            if a.shape != b.shape or a.dtype != b.dtype:
+                raise PlanError(f"verify {name}: the arena run gives '{nm}' as "
+                                f"{a.dtype}{list(a.shape)}, the plain lowering as "
+                                f"{b.dtype}{list(b.shape)}")
+            same = (a.tobytes() == b.tobytes() if rtol == 0 and atol == 0 else
+                    np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=False))
+            if not same:
+                bad = int(np.sum(~np.isclose(a, b, rtol=rtol, atol=atol))) \
+                    if a.dtype.kind in "fc" else int(np.sum(a != b))
+                raise PlanError(f"verify {name}: the arena run gives a different '{nm}' "
+                                f"than the plain lowering ({bad} of {a.size} elements differ"
+                                f"{'' if feeds is not None else f', input seed {seed}'})")

@@ -8,9 +8,11 @@ it as one line on stderr and exits 2 -- never a traceback.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import os
+import re
 import sys
 
 from .errors import SymgraphError
@@ -49,7 +51,67 @@ def _missing_dependency(err: ImportError) -> MissingDependency | None:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, like every other bad input
-        raise UsageError(f"{self.prog}: {message}")
+        # main prints the one "symgraph: error:"; a subcommand names itself
+        where = self.prog.partition(" ")[2]
+        raise UsageError(f"{where}: {_suggest_choice(message)}" if where
+                         else _suggest_choice(message))
+
+    def parse_args(self, args=None, namespace=None):
+        args, extras = self.parse_known_args(args, namespace)
+        if extras:
+            # reported by the (sub)command whose options were mistyped
+            parser = _chosen_parser(self, args)
+            parser.error(f"unrecognized arguments: {' '.join(extras)}"
+                         + _suggest_options(parser, extras))
+        return args
+
+
+def _chosen_parser(parser, args):
+    """The innermost (sub)parser that ``args`` went through (``bench memory``)."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = subs and getattr(args, subs[0].dest, None)
+        if not chosen or chosen not in subs[0].choices:
+            return parser
+        parser = subs[0].choices[chosen]
+
+
+def _suggest_options(parser, extras) -> str:
+    """"; did you mean --shape?" for the mistyped options among ``extras``."""
+    known = [o for a in parser._actions for o in a.option_strings
+             if a.help is not argparse.SUPPRESS]
+    hints = []
+    for word in extras:
+        if not word.startswith("-") or re.fullmatch(r"-\d.*", word):
+            continue  # a value, or a negative number
+        near = difflib.get_close_matches(word.partition("=")[0], known, n=1, cutoff=0.6)
+        if near and near[0] not in hints:
+            hints.append(near[0])
+    return f"; did you mean {' or '.join(hints)}?" if hints else ""
+
+
+def _suggest_choice(message: str) -> str:
+    """argparse's "invalid choice: 'paln' (choose from ...)" with "did you
+    mean 'plan'?" added when one choice is near."""
+    m = re.search(r"invalid choice: '(.*)' \(choose from (.*)\)$", message, re.S)
+    if not m:
+        return message
+    choices = re.findall(r"'([^']*)'", m.group(2))
+    near = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
+    return message + (f"; did you mean '{near[0]}'?" if near else "")
+
+
+def _one_line(message) -> str:
+    """An error message as one line of stderr: the line breaks a path or a
+    name may hold are shown escaped (\\n), and a message that names the
+    program itself does not say "symgraph:" twice."""
+    text = str(message)
+    text = re.sub(r"^symgraph(?::| (?=[a-z]+:))\s*", "", text)
+    return "".join(repr(c)[1:-1] if c in _BREAKS else c for c in text)
+
+
+# what str.splitlines breaks at
+_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 
 
 def parse_shapes(items) -> dict:
@@ -70,6 +132,17 @@ def parse_shapes(items) -> dict:
             raise UsageError(f"bad --shape {item!r}: {err}; expected NAME=D1,D2,... such "
                              f"as data=64,3,224,224") from None
     return shapes
+
+
+def check_output_folder(path) -> None:
+    """A one-line error, before any work, when the folder ``path`` would be
+    written into does not exist: a mistyped folder is not silently made."""
+    path = os.fspath(path)
+    folder = os.path.dirname(path)
+    if folder and not os.path.isdir(folder):
+        if os.path.exists(folder):
+            raise UsageError(f"cannot write {path}: part of {folder} is a file, not a folder")
+        raise UsageError(f"cannot write {path}: the folder {folder} does not exist")
 
 
 def check_net_file(path) -> str:
@@ -133,8 +206,9 @@ def main(argv=None) -> int:
             raise parser.unavailable[command]
         args = parser.parse_args(argv)
         if not getattr(args, "_run", None):
-            parser.print_help()
-            return 2
+            parser.print_usage(sys.stdout)
+            raise UsageError(f"no command given; choose one of {', '.join(SUBCOMMANDS)} "
+                             f"(symgraph --help says more)")
         code = int(args._run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not at exit past this handler
         return code
@@ -151,10 +225,10 @@ def main(argv=None) -> int:
             pass  # stdout is no real file (a test's capture): nothing to flush
         return 141
     except SymgraphError as err:
-        print(f"symgraph: error: {err}", file=sys.stderr)
+        print(f"symgraph: error: {_one_line(err)}", file=sys.stderr)
         return 2
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        print(f"symgraph: error: {err}", file=sys.stderr)
+        print(f"symgraph: error: {_one_line(err)}", file=sys.stderr)
         return 2
     except ImportError as err:
         # a package imported when a command runs (graphviz, Pillow ...)

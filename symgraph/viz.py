@@ -1,7 +1,7 @@
 """Draw a network, and its memory plan, with Graphviz.
 
     symgraph viz NET.json [-o OUT.svg|.png|.pdf|.dot] [--shape data=64,3,224,224]
-                          [--plan [--train] [--strategy both]] [--rankdir TB|LR]
+                          [--plan [--train] [--strategy arena]] [--rankdir TB|LR]
                           [--show-params] [--range START:END] [--collapse REGEX]
 
 Nodes show the op and its key attributes (kernel/stride, filters, hidden
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from .errors import ShapeError, SymgraphError
 from .graph import Entry, Graph, Node
+from .passes.infer import parameter_names  # noqa: F401  (part of viz's API)
 from .util import atomic_write_bytes, atomic_write_text
 
 FORMATS = ("svg", "png", "pdf", "dot")
@@ -142,31 +143,6 @@ def _op_title(node: Node) -> str:
     return name
 
 
-_PARAM_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_moving_mean", "_moving_var",
-                   "_running_mean", "_running_var")
-
-
-def parameter_names(graph: Graph) -> set[str]:
-    """Variables that are parameters or aux states rather than data/labels.
-
-    Like mx.viz: names with a parameter suffix (``_weight``, ``_bias`` ...),
-    plus aux states and the inputs an op created itself under a name other
-    than data or label (``fc1_weight`` for ``FullyConnected``'s weight).
-    """
-    params = {n.name for n in graph.aux_states}
-    for n in graph.nodes:
-        if n.op is None:
-            if n.name.endswith(_PARAM_SUFFIXES):
-                params.add(n.name)
-            continue
-        names = n.op.arg_names(n.params) + n.op.aux_names(n.params)
-        for arg, e in zip(names, n.inputs):
-            if (e.node.op is None and arg not in ("data", "label", "lhs", "rhs")
-                    and e.node.name == f"{n.name}_{arg}"):
-                params.add(e.node.name)
-    return params
-
-
 # --------------------------------------------------------------------------
 # colours of storage slots: many, distinct, readable on white
 # --------------------------------------------------------------------------
@@ -264,6 +240,45 @@ def node_allocations(plan, strategy: str | None = None) -> dict:
     pv = plan_view(plan, strategy)
     nodes = plan.graph.nodes
     return {nodes[i].name: b for i, b in pv.new_bytes.items()}
+
+
+# --------------------------------------------------------------------------
+# names as Graphviz can hold them, whatever they hold
+# --------------------------------------------------------------------------
+TEXT_LIMIT = 120  # characters of a name shown; dot refuses strings over 16,384
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+# a name used as a node id as it is: none of the characters DOT, its HTML
+# strings or edge ports give a meaning (':' names a port, '<...>' is HTML),
+# nothing the scanner cannot hold, and short
+_PLAIN_ID = re.compile(r"[^\x00-\x1f\x7f\ud800-\udfff:#<>\\]{1,200}")
+
+
+def _clean(text, limit: int = TEXT_LIMIT) -> str:
+    """``text`` with line breaks and tabs as spaces, other control characters
+    and lone surrogates (JSON's ``\\ud800``) as U+FFFD, cut to ``limit``."""
+    text = _UNSAFE.sub(lambda m: " " if m.group() in "\t\n\r" else "\ufffd", str(text))
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def _html_text(text, limit: int = TEXT_LIMIT) -> str:
+    """``text`` inside an HTML-like label."""
+    return html.escape(_clean(text, limit))
+
+
+def _plain_text(text, limit: int = TEXT_LIMIT):
+    """``text`` as a quoted attribute value (tooltip, plain label): its
+    backslashes literal (not ``\\n`` or ``\\N``), never read as HTML."""
+    import graphviz
+    return graphviz.escape(_clean(text, limit))
+
+
+def dot_id(name: str, index: int) -> str:
+    """The DOT id of node ``index`` named ``name``: the name itself where
+    that is safe (SVG titles then name the node), else a cleaned prefix and
+    the index (unique: a plain name holds no '#')."""
+    if _PLAIN_ID.fullmatch(name) and name.strip() == name:
+        return name
+    return re.sub(r"[^\w.-]", "_", name[:40]) + f"#{index}"
 
 
 # --------------------------------------------------------------------------
@@ -407,7 +422,8 @@ def plot(net, shape: dict | None = None, plan=None, train: bool = False, *,
     train: draw the backward graph too (dashed, paler, running upwards
         beside the forward).
     strategy: the plan strategy whose storage is drawn (naive, inplace,
-        coshare, both, arena); default 'both', or the given Plan's own.
+        coshare, both, arena); default 'arena' (as ``sg.plan`` and
+        ``symgraph plan``), or the given Plan's own.
     hide_params: hide weights, biases and aux states (the default).
     rankdir: 'TB' (top to bottom), 'LR' (left to right), 'BT' or 'RL'.
     node_range: ``'conv3_1:conv4_1'`` draws only the nodes on paths from
@@ -433,10 +449,10 @@ def plot(net, shape: dict | None = None, plan=None, train: bool = False, *,
     if plan is not None and plan is not False:
         if plan is True:
             from . import memory
-            pl = memory.plan(graph, shape or {}, train=train, strategy="both")
+            pl = memory.plan(graph, shape or {}, train=train, strategy=strategy or "arena")
         else:
             pl = plan
-        pv = plan_view(pl, strategy or ("both" if plan is True else pl.strategy))
+        pv = plan_view(pl, strategy or pl.strategy)
         graph, inferred, train, n_fwd = pl.graph, pl.inferred, pl.train, pl.num_forward_outputs
     else:
         if train:
@@ -448,8 +464,9 @@ def plot(net, shape: dict | None = None, plan=None, train: bool = False, *,
     is_bwd = [not f for f in _forward_mask(graph, n_fwd)]
     unit = _block_keys(graph, drawn, collapse)
 
+    name = title or (graph.outputs[0].node.name if graph.outputs else "net")
     dot = graphviz.Digraph(
-        name=title or (graph.outputs[0].node.name if graph.outputs else "net"),
+        name=dot_id(name, 0),
         graph_attr={"rankdir": rankdir, "fontname": "Helvetica", "fontsize": "11",
                     "nodesep": "0.25", "ranksep": "0.35"},
         node_attr={"shape": "box", "style": "rounded,filled", "fontname": "Helvetica",
@@ -458,10 +475,8 @@ def plot(net, shape: dict | None = None, plan=None, train: bool = False, *,
         edge_attr={"fontname": "Helvetica", "fontsize": "8", "arrowsize": "0.6",
                    "color": "#555555"})
 
-    # node ids: the node name where DOT allows it (':' would mean a port)
     def ident(i):
-        name = graph.nodes[i].name
-        return name if ":" not in name else f"{name.replace(':', '_')}#{i}"
+        return dot_id(graph.nodes[i].name, i)
 
     # -- which units are drawn ---------------------------------------------
     members: dict[int, list[int]] = {}
@@ -479,7 +494,7 @@ def plot(net, shape: dict | None = None, plan=None, train: bool = False, *,
 
     def unit_id(i):
         u = unit[i]
-        return ident(u) if len(members.get(u, ())) == 1 else _block_id(graph, u)
+        return ident(u) if len(members.get(u, ())) == 1 else "block " + ident(u)
 
     clusters: dict[int, list] = {}
     for u, ids in members.items():
@@ -522,7 +537,8 @@ def plot(net, shape: dict | None = None, plan=None, train: bool = False, *,
                 tail = ident(src) + " (outside)"
                 if tail not in stubs:
                     stubs.add(tail)
-                    dot.node(tail, label=e.node.name, shape="box", style="dashed,rounded",
+                    dot.node(tail, label=_plain_text(e.node.name), shape="box",
+                             style="dashed,rounded",
                              color="#999999", fontcolor="#777777", fontsize="8")
             attrs = _edge_attrs(graph, e, inferred, pv, is_bwd[i] or is_bwd[src])
             if is_bwd[src] and is_bwd[i] and inside:
@@ -567,13 +583,14 @@ def _edge_attrs(graph, e: Entry, inferred, pv, backward: bool) -> dict:
     # the tooltip names the tensor (tests and users hovering read it)
     names = e.node.output_names()
     tip = names[e.index] if e.index < len(names) else e.node.name
+    tip = _clean(tip)
     if pv is not None:
         slot = pv.storage.get(eid)
         if slot is not None:
             attrs["color"] = pv.slot_color[slot]
             attrs["penwidth"] = "2.2"
             tip += f" slot {slot}"
-    attrs["tooltip"] = tip
+    attrs["tooltip"] = _plain_text(tip)
     if backward:
         attrs["style"] = "dashed"
     return attrs
@@ -593,17 +610,17 @@ def _node_attrs(graph, i, backward, pv) -> dict:
     if backward:
         fill = _lighten(fill)
     if node.op is None:
-        attrs = {"label": f"<<B>{html.escape(node.name)}</B>>", "shape": "oval",
-                 "fillcolor": fill, "tooltip": node.name}
+        attrs = {"label": f"<<B>{_html_text(node.name)}</B>>", "shape": "oval",
+                 "fillcolor": fill, "tooltip": _plain_text(node.name)}
         if backward:
             attrs["style"] = "filled,dashed"
         return attrs
-    lines = [f"<B>{html.escape(_op_title(node))}</B>"]
+    lines = [f"<B>{_html_text(_op_title(node))}</B>"]
     detail = _op_detail(node)
     if detail:
-        lines.append(html.escape(detail))
-    lines.append(f'<FONT POINT-SIZE="8">{html.escape(node.name)}</FONT>')
-    attrs = {"fillcolor": fill, "tooltip": node.name}
+        lines.append(_html_text(detail))
+    lines.append(f'<FONT POINT-SIZE="8">{_html_text(node.name)}</FONT>')
+    attrs = {"fillcolor": fill, "tooltip": _plain_text(node.name)}
     if pv is not None:
         lines += _alloc_lines(pv, [i])
         slot = _first_slot(graph, i, pv)
@@ -628,18 +645,14 @@ def _alloc_lines(pv, ids) -> list[str]:
     return out
 
 
-def _block_id(graph, u) -> str:
-    return "block " + graph.nodes[u].name.replace(":", "_")
-
-
 def _block_attrs(graph, ids, is_bwd, pv) -> dict:
     ops = Counter(_op_title(graph.nodes[i]) for i in ids)
     first, last = graph.nodes[ids[0]].name, graph.nodes[ids[-1]].name
     summary = ", ".join(f"{c}x {o}" if c > 1 else o for o, c in ops.most_common(3))
     if len(ops) > 3:
         summary += ", ..."
-    lines = [f"<B>{html.escape(first)} .. {html.escape(last)}</B>",
-             html.escape(f"{len(ids)} nodes: {summary}")]
+    lines = [f"<B>{_html_text(first)} .. {_html_text(last)}</B>",
+             _html_text(f"{len(ids)} nodes: {summary}")]
     if pv is not None:
         lines += _alloc_lines(pv, ids)
     fams = Counter(op_family(graph.nodes[i]) for i in ids)
@@ -648,7 +661,7 @@ def _block_attrs(graph, ids, is_bwd, pv) -> dict:
     return {"label": "<" + "<BR/>".join(lines) + ">", "shape": "box3d",
             "style": "filled,dashed" if backward else "filled",
             "fillcolor": _lighten(fill) if backward else fill,
-            "tooltip": f"{first} .. {last}"}
+            "tooltip": _plain_text(f"{_clean(first)} .. {_clean(last)}", 2 * TEXT_LIMIT + 4)}
 
 
 def _legend(pv: PlanView) -> str:
@@ -804,6 +817,11 @@ def render(dot, path) -> str:
         detail = (err.stderr or b"").decode(errors="replace").strip().splitlines()
         raise VizError(f"Graphviz's dot failed on {os.fspath(path)!r}: "
                        f"{detail[-1] if detail else err}") from None
+    except OSError as err:
+        # dot quit before reading the whole graph (a broken pipe): not a
+        # closed stdout of ours, so it must not pass for one
+        raise VizError(f"Graphviz's dot failed on {os.fspath(path)!r}: it stopped reading "
+                       f"the graph ({err.strerror or err})") from None
     atomic_write_bytes(path, data)
     return os.fspath(path)
 
@@ -824,9 +842,10 @@ def add_arguments(parser) -> None:
                              "storage slot, bytes per node, fused groups, a legend of totals")
     parser.add_argument("--train", action="store_true",
                         help="draw the backward graph too (dashed, paler)")
-    parser.add_argument("--strategy", default="both",
+    parser.add_argument("--strategy", default="arena",
                         choices=("naive", "inplace", "coshare", "both", "arena"),
-                        help="with --plan: the strategy whose storage is drawn (default: both)")
+                        help="with --plan: the strategy whose storage is drawn (default: "
+                             "arena, as in symgraph plan)")
     parser.add_argument("--rankdir", default="TB", choices=("TB", "LR", "BT", "RL"),
                         help="layout direction: TB top to bottom (default), LR left to right")
     group = parser.add_mutually_exclusive_group()
@@ -853,11 +872,12 @@ def load_net(path):
 
 def run(args) -> int:
     """``symgraph viz``: writes the picture, prints its path; 0 on success."""
-    from .cli import check_net_file, parse_shapes
+    from .cli import check_net_file, check_output_folder, parse_shapes
 
     out = args.output or os.path.splitext(args.net)[0] + ".svg"
     check_net_file(args.net)  # a missing input is named before its default output
     output_format(out)  # an unknown extension fails before any work
+    check_output_folder(out)
     shape = parse_shapes(args.shape)
     if args.plan and not shape:
         raise VizError("--plan needs the input shapes: add --shape NAME=DIMS, e.g. "

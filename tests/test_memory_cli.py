@@ -62,9 +62,9 @@ def test_json_without_xla_is_null(capsys, net_file):
     assert j["xla"] is None and j["train"] is False
 
 
-def test_output_option_plans_an_internal_output(capsys, net_file):
+def test_head_option_plans_an_internal_output(capsys, net_file):
     code, out, _ = run(capsys, net_file, "--shape", "data=8,784", "--no-xla", "--json",
-                       "--output", "relu1_output")
+                       "--head", "relu1_output")
     full = run(capsys, net_file, "--shape", "data=8,784", "--no-xla", "--json")[1]
     assert code == 0
     part, whole = json.loads(out), json.loads(full)

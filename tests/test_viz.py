@@ -248,8 +248,8 @@ def check_plan_colours(path, plan, strategy):
 @needs_dot
 def test_vgg16_plan_colours_follow_storage(vgg, tmp_path, capsys):
     net = save(vgg, tmp_path / "vgg16.json")
-    rc, out = viz_cli(capsys, net, "--shape", "data=2,3,32,32", "--plan", "-o",
-                      tmp_path / "p.svg")
+    rc, out = viz_cli(capsys, net, "--shape", "data=2,3,32,32", "--plan", "--strategy",
+                      "both", "-o", tmp_path / "p.svg")
     assert rc == 0 and out.err == ""
     plan = sg.plan(vgg, {"data": (2, 3, 32, 32)}, strategy="both")
     planned, colours, nodes = check_plan_colours(tmp_path / "p.svg", plan, "both")
@@ -281,7 +281,8 @@ def test_inception_plan_colours_follow_storage(googlenet, tmp_path, strategy):
 @needs_dot
 def test_train_plan_draws_backward_dashed(vgg, tmp_path):
     shape = {"data": (2, 3, 32, 32)}
-    path = viz.render(viz.plot(vgg, shape=shape, plan=True, train=True), tmp_path / "t.svg")
+    path = viz.render(viz.plot(vgg, shape=shape, plan=True, train=True, strategy="both"),
+                      tmp_path / "t.svg")
     plan = sg.plan(vgg, shape, train=True, strategy="both")
     check_plan_colours(path, plan, "both")
     nodes, edges = parse_svg(path)

@@ -13,10 +13,11 @@ schedule under every strategy (``symgraph.viz.plot_timeline``).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
-from ..cli import UsageError, load_net, parse_shapes
+from ..cli import UsageError, check_output_folder, load_net, parse_shapes
 from ..xla import graph_step_measures
 from .planner import PLACED
 
@@ -46,9 +47,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-fuse", action="store_true", help="do not fuse elementwise chains")
     parser.add_argument("--match-range", type=int, default=16, metavar="N",
                         help="co-share match range (MXNet's NNVM_EXEC_MATCH_RANGE, default 16)")
-    parser.add_argument("--output", action="append", metavar="NAME", default=None,
-                        help="plan only for this output (e.g. an internal one, relu5_output); "
-                             "repeatable")
+    parser.add_argument("--head", action="append", metavar="NAME", default=None,
+                        help="plan only for this output of the graph (e.g. an internal one, "
+                             "relu5_output); repeatable")
+    # the old spelling: a file in viz and zoo, so users try it here for the report
+    parser.add_argument("--output", dest="old_output", action="append", default=None,
+                        help=argparse.SUPPRESS)
     parser.add_argument("--execute", action="store_true",
                         help="also run the arena interpreter on random inputs for every "
                              "strategy (slow at real sizes)")
@@ -68,11 +72,16 @@ def _add_output_options(parser) -> None:
 
 def _check_output_options(args) -> None:
     """Bad output paths fail before any planning is done."""
+    if args.old_output:
+        raise UsageError(f"plan: --output is now --head (--head {args.old_output[0]} plans "
+                         f"only for that output of the graph); to keep the report in a "
+                         f"file, redirect it: symgraph plan ... > report.txt")
     if args.plot is not None:
         ext = os.path.splitext(args.plot)[1].lower().lstrip(".")
         if ext not in PLOT_FORMATS:
             raise UsageError(f"plan: --plot {args.plot!r}: unknown picture format "
                              f"'{ext or '(no extension)'}'; use .png, .svg or .pdf")
+        check_output_folder(args.plot)
 
 
 def _write_outputs(plan, args) -> None:
@@ -94,7 +103,7 @@ def run(args) -> int:
     net = load_net(args.net)
     from .pipeline import plan
     p = plan(net, shapes, train=args.train, strategy=args.strategy,
-             outputs=args.output, fuse=not args.no_fuse, schedule=args.schedule,
+             outputs=args.head, fuse=not args.no_fuse, schedule=args.schedule,
              match_range=args.match_range, execute=args.execute, xla=not args.no_xla,
              xla_measures=measures, name=os.path.splitext(os.path.basename(args.net))[0])
     breakdown = None

@@ -26,8 +26,8 @@ def softmax_net(multi_output=False, **softmax):
                            **softmax)
 
 
-def trained(net, devices, data, label, split=False):
-    mod = sg.mod.Module(net, context=[sg.cpu(i) for i in range(devices)])
+def trained(net, devices, data, label, split=False, **kw):
+    mod = sg.mod.Module(net, context=[sg.cpu(i) for i in range(devices)], **kw)
     mod.bind([sg.io.DataDesc("data", data.shape, "float64")],
              [sg.io.DataDesc("softmax_label", label.shape, "float64")])
     mod.init_params(sg.init.Xavier(), seed=0)
@@ -61,6 +61,15 @@ def test_data_parallel_equals_one_device_for_every_softmax_normalization(normali
     assert_same_params(one, trained(net, 4, data, LABELS))
     if normalization == "valid":  # the split programs build the same gradient graph
         assert_same_params(one, trained(net, 4, data, LABELS, split=True))
+
+
+def test_data_parallel_valid_normalization_with_dynamic_loss_scale():
+    # the loss-scale rewrite of the gradient goes on top of the device sum
+    rng = np.random.default_rng(3)
+    data = rng.normal(size=(16, 6))
+    net = softmax_net(normalization="valid", use_ignore=True)
+    assert_same_params(trained(net, 1, data, LABELS, loss_scale="dynamic"),
+                       trained(net, 4, data, LABELS, loss_scale="dynamic"))
 
 
 def test_data_parallel_valid_normalization_with_multi_output():

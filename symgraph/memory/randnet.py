@@ -10,6 +10,12 @@ shrink). Inputs are picked among the last ``window`` tensors, which keeps
 the number of live tensors bounded as real nets do; ``window=None`` picks
 from every tensor made so far.
 
+No two tensors are bound to hold the same values, which would let a plan
+that overwrites one with the other pass the arena interpreter: no node
+reads one value twice (``x - x`` is zero whatever x holds), no node
+repeats another (same op, attributes and input values), and a value is
+copied (``identity``, ``Dropout``, the identity at inference) at most once.
+
 ``chain_net(n)`` is a deep chain (FullyConnected every few layers).
 """
 from __future__ import annotations
@@ -44,44 +50,98 @@ def random_net(rnd: _random.Random, num_nodes: int, *, batch: int = 2,
         lo = 0 if window is None else max(0, len(pool) - window)
         return pool[rnd.randrange(lo, len(pool))]
 
-    def same_width(w):
+    value = {id(pool[0][0]): 0}  # tensor -> its value class (copies share one)
+    copied = set()                # value classes copied once already
+    made = set()                  # what each node computes: no node twice
+
+    def add(y, w, cls=None):
+        value[id(y)] = len(value) if cls is None else cls
+        pool.append((y, w))
+
+    def computes(op, attrs, inputs, commutes=False):
+        if op == "Activation":  # Activation(tanh) is tanh
+            op, attrs = attrs["act_type"], {}
+        vals = [value[id(v)] for v in inputs]
+        return (op, tuple(sorted(attrs.items())), tuple(sorted(vals) if commutes else vals))
+
+    def partners(x, w, k):
+        """Up to k tensors of width w, each of another value than x and each other."""
         lo = 0 if window is None else max(0, len(pool) - window)
-        cands = [p for p in pool[lo:] if p[1] == w]
-        return rnd.choice(cands)
+        cands = [p[0] for p in pool[lo:] if p[1] == w]
+        rnd.shuffle(cands)
+        out, seen = [], {value[id(x)]}
+        for c in cands:
+            if len(out) < k and value[id(c)] not in seen:
+                seen.add(value[id(c)])
+                out.append(c)
+        return out
+
+    producer = {}  # value class -> the unary op that made it
+
+    def same_again(op, attrs, cls):
+        """Whether op gives back its input's value: relu or abs of a relu or
+        abs output, negative of a negative's input, a second copy."""
+        op = attrs["act_type"] if op == "Activation" else op
+        before = producer.get(cls)
+        return ((op in ("relu", "abs") and before in ("relu", "abs"))
+                or (op == "negative" and before == "negative")
+                or (op == "identity" and cls in copied))
+
+    def unary(x, w, name):
+        cls = value[id(x)]
+        choices = [(op, attrs) for op, attrs in UNARY
+                   if computes(op, attrs, [x]) not in made and not same_again(op, attrs, cls)]
+        if not choices:
+            return  # every unary op of x exists: one node fewer
+        op, attrs = rnd.choice(choices)
+        sig = computes(op, attrs, [x])
+        made.add(sig)
+        y = getattr(sym, op)(x, name=name, **attrs)
+        if op == "identity":
+            copied.add(cls)
+            add(y, w, cls)
+        else:
+            add(y, w)
+            producer[value[id(y)]] = sig[0]
 
     for i in range(num_nodes):
         kind = rnd.choice(kinds)
         x, w = pick()
         name = f"n{i}"
+        if kind in ("binary", "sum"):
+            # distinct values only; a node with no partner becomes unary
+            op = rnd.choice(BINARY) if kind == "binary" else "ElementWiseSum"
+            parts = [x] + partners(x, w, 1 if kind == "binary" else rnd.randint(1, 3))
+            sig = computes(op, {}, parts, commutes=op != "elemwise_sub")
+            if len(parts) < 2 or sig in made:
+                kind = "unary"
+            else:
+                made.add(sig)
+                add(getattr(sym, op)(*parts, name=name), w)
+                kind = "done"
         if kind == "unary":
-            op, attrs = rnd.choice(UNARY)
-            y = getattr(sym, op)(x, name=name, **attrs)
-            pool.append((y, w))
-        elif kind == "binary":
-            x2, _ = same_width(w)
-            y = getattr(sym, rnd.choice(BINARY))(x, x2, name=name)
-            pool.append((y, w))
-        elif kind == "sum":
-            k = rnd.randint(2, 4)
-            parts = [x] + [same_width(w)[0] for _ in range(k - 1)]
-            y = sym.ElementWiseSum(*parts, name=name)
-            pool.append((y, w))
+            unary(x, w, name)
+        elif kind == "done":
+            pass
         elif kind == "fc":
             w2 = rnd.choice(widths)
             y = sym.FullyConnected(x, num_hidden=w2, no_bias=rnd.random() < 0.3, name=name)
-            pool.append((y, w2))
+            add(y, w2)
         elif kind == "slice":
             y = sym.SliceChannel(x, num_outputs=2, axis=1, name=name)
             if w // 2 % 2:  # keep widths even: project one half back, the other goes unread
                 y0 = sym.FullyConnected(y[0], num_hidden=w, name=f"{name}_proj")
-                pool.append((y0, w))
+                add(y0, w)
             else:
                 for k in range(2):
                     if rnd.random() < 0.85:  # now and then an output nobody reads
-                        pool.append((y[k], w // 2))
-        else:  # dropout: a hidden mask output
+                        add(y[k], w // 2)
+        elif value[id(x)] in copied:  # dropout of a value copied already
+            unary(x, w, name)
+        else:  # dropout: a hidden mask output; the identity at inference
             y = sym.Dropout(x, p=0.25, name=name)
-            pool.append((y, w))
+            copied.add(value[id(x)])
+            add(y, w, value[id(x)])
         if rnd.random() < extra_outputs:
             outputs.append(pool[-1][0])
     last = pool[-1][0]

@@ -394,6 +394,17 @@ def infer_step_fn(net: Net, layout="NCHW"):
     return infer
 
 
+def scheduler_options() -> dict:
+    """XLA's memory-optimized CPU scheduler option, as symgraph's steps
+    spell it (symgraph.measures, or symgraph.xla before the measures had a
+    module of their own)."""
+    try:
+        from ..measures import SCHEDULER_OPTIONS
+    except ImportError:
+        from ..xla import SCHEDULER_OPTIONS
+    return SCHEDULER_OPTIONS
+
+
 def step(net, batch: int, image_size: int = 224, layout: str = "NCHW", train: bool = True,
          dtype="float32", num_classes: int = 1000, lr: float = 0.01, momentum: float = 0.9,
          scheduler: bool = False, compiler_options: dict | None = None):
@@ -409,7 +420,7 @@ def step(net, batch: int, image_size: int = 224, layout: str = "NCHW", train: bo
     params, state = jax.eval_shape(lambda: net.init(jax.random.key(0), image_size, layout,
                                                     dtype))
     x = jax.ShapeDtypeStruct(_image_shape(batch, 3, image_size, layout), dtype)
-    opts = dict(xla.SCHEDULER_OPTIONS) if scheduler and jax.default_backend() == "cpu" else {}
+    opts = dict(scheduler_options()) if scheduler and jax.default_backend() == "cpu" else {}
     opts.update(compiler_options or {})
     if not train:
         return xla.Step(infer_step_fn(net, layout), (params, state, x), (), opts)

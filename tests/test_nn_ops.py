@@ -149,7 +149,7 @@ def test_mxnet_kernel_hints_are_accepted():
 
 
 # --------------------------------------------------------------------------
-# Pooling: the max backward compares against the output, reads x, y, dy only
+# Pooling: the max backward finds each window's first max in x, reads x, dy only
 # --------------------------------------------------------------------------
 MAX_POOLS = [{"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1)},
              {"kernel": (2, 3), "stride": (1, 2), "pooling_convention": "full"},
@@ -158,17 +158,21 @@ MAX_POOLS = [{"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1)},
 
 
 @pytest.mark.parametrize("attrs", MAX_POOLS)
-def test_max_pool_backward_reads_input_output_and_ograd_only(attrs):
+def test_max_pool_backward_reads_input_and_ograd_only(attrs):
+    # not the output: comparing a recomputed input with the saved max lost
+    # windows' gradients inside one fused program (issue 11)
     g, node = op_graph("Pooling", attrs)
     gg = build_gradient(g, ["data"])
     bwd = backward_node(gg, "_backward_Pooling")
-    assert read_names(bwd) == ["op_output_head_grad", "data", "op:0"]
+    assert read_names(bwd) == ["op_output_head_grad", "data"]
     shape = (1, 2, 7) if len(attrs.get("kernel", (0, 0))) == 1 else (1, 2, 6, 7)
     out_shape = infer_shapes(g, {"data": shape}).shape(g.outputs[0])
     text = jaxpr_text(gg, {"data": jnp.ones(shape), "op_output_head_grad": jnp.ones(out_shape)})
-    # no index tensors and no scatter: the default JAX max-pool vjp would show these
+    # no index tensors and no scatter: the default JAX max-pool vjp would show
+    # these; a global pool has one window, its argmax one index per (n, c)
     for prim in ("scatter", "select_and_scatter", "select_and_gather", "argmax"):
-        assert prim not in text
+        if prim != "argmax" or not attrs.get("global_pool"):
+            assert prim not in text
 
 
 @pytest.mark.parametrize("attrs", MAX_POOLS)

@@ -569,12 +569,13 @@ _pool.channels_last = _pool_channels_last
 def _pool_backward_reads(p) -> list[str]:
     """What _backward_Pooling reads besides the output gradient.
 
-    max reads the input and output (never an index tensor). avg/sum read the
-    input only for its shape, and only where the pooled shape does not
-    determine it (a stride > 1 rounds, global_pool forgets the window).
+    max reads the input only (never an index tensor, nor the output: each
+    window's first max is found from the input, _max_pool_backward). avg/sum
+    read the input only for its shape, and only where the pooled shape does
+    not determine it (a stride > 1 rounds, global_pool forgets the window).
     """
     if p.pool_type == "max":
-        return ["data", "output"]
+        return ["data"]
     stride = () if p.global_pool else _per_dim(p, "stride", 1, len(p.kernel), 1)
     return ["data"] if p.global_pool or any(s > 1 for s in stride) else []
 
@@ -596,17 +597,22 @@ def _nhwc_order(t) -> tuple:
     return (t[0],) + tuple(t[2:]) + (t[1],)
 
 
-def _max_pool_backward(p, x, y, dy, channels_last=False):
-    """dx: each window's gradient goes to the first position (row-major, as in
-    MXNet) whose input equals the window's max -- compares against the
-    output instead of saving argmax indices; no scatter.
+def _max_pool_backward(p, x, dy, channels_last=False):
+    """dx: each window's gradient goes to its first maximum in row-major
+    order (MXNet's tie rule), found from the input alone: a running max over
+    the window offsets keeps the first offset holding it, in an output-sized
+    index (int8 for windows up to 127 elements). No scatter, no index tensor
+    the size of the input, and no comparison with the saved output: in one
+    fused program XLA may compute the pooled input twice with different
+    rounding, and windows whose recomputed input equalled the saved max
+    nowhere lost their gradient (issue 11: a 2% error in the stem's updates).
 
     The input grid is split by phase (position mod stride): a phase gathers
     its gradient from whole-window shifts of the output grid, and the phases
     are interleaved by a stack and a reshape. No strided (interior) padding,
     so XLA fuses the whole sum into one loop instead of materialising one
     padded partial per window offset (GoogLeNet's training temp: -32%,
-    docs/memory.md, "Plan vs XLA"). ``channels_last``: x, y, dy are NHWC."""
+    docs/memory.md, "Plan vs XLA"). ``channels_last``: x, dy are NHWC."""
     nd = x.ndim
     spatial = list(range(1, nd - 1)) if channels_last else list(range(2, nd))
 
@@ -619,28 +625,33 @@ def _max_pool_backward(p, x, y, dy, channels_last=False):
 
     kernel, stride, pad, out, extra = _pool_geometry(
         p, _nchw_shape(x.shape) if channels_last else x.shape)
-    if p.global_pool:
+    zero = np.zeros((), dy.dtype)
+    if p.global_pool:  # one window: argmax's first maximum, one index per (n, c)
         if channels_last:  # a tensor of one pixel per channel: not worth a rule
             t = lambda v: jnp.moveaxis(v, -1, 1)
-            return jnp.moveaxis(_max_pool_backward(p, t(x), t(y), t(dy)), 1, -1)
+            return jnp.moveaxis(_max_pool_backward(p, t(x), t(dy)), 1, -1)
         flat = x.reshape(x.shape[:2] + (-1,))
-        hit = flat == y.reshape(y.shape[:2] + (1,))
-        first = hit & (jnp.cumsum(hit, axis=-1) == 1)
-        return jnp.where(first, dy.reshape(dy.shape[:2] + (1,)), 0).reshape(x.shape)
+        at = jnp.argmax(flat, axis=-1)[..., None]
+        return jnp.where(lax.broadcasted_iota(at.dtype, flat.shape, 2) == at,
+                         dy.reshape(dy.shape[:2] + (1,)), zero).reshape(x.shape)
+    # padding is -inf and only a strictly greater value takes a window, so
+    # padding never wins (a window of -inf inputs gives no gradient)
     xp = jnp.pad(x, per_axis([(q, q + e) for q, e in zip(pad, extra)], (0, 0)),
                  constant_values=-jnp.inf)
+    offsets = list(itertools.product(*[range(k) for k in kernel]))
+    kind = np.int8 if len(offsets) <= 127 else np.int32
+    best = jnp.full(dy.shape, -jnp.inf, x.dtype)
+    first = jnp.full(dy.shape, -1, kind)
+    for i, off in enumerate(offsets):
+        v = xp[tuple(per_axis([slice(o, o + (m - 1) * s + 1, s)
+                               for o, m, s in zip(off, out, stride)], slice(None)))]
+        take = v > best  # strictly: an equal value later in the window does not win
+        best = jnp.where(take, v, best)
+        first = jnp.where(take, np.array(i, kind), first)
     # won[k]: dy where offset k holds the window's first max
-    taken = jnp.zeros(y.shape, bool)
-    won = {}
-    for off in itertools.product(*[range(k) for k in kernel]):
-        window = tuple(per_axis([slice(o, o + (m - 1) * s + 1, s)
-                                 for o, m, s in zip(off, out, stride)], slice(None)))
-        hit = (xp[window] == y) & ~taken
-        taken = taken | hit
-        won[off] = jnp.where(hit, dy, 0)
+    won = {off: jnp.where(first == i, dy, zero) for i, off in enumerate(offsets)}
     # padded position m*s + r (per axis) is offset r + j*s of window m - j
     rows = [-(-xp.shape[a] // s) for a, s in zip(spatial, stride)]
-    zero = np.zeros((), dy.dtype)
     acc_shape = list(dy.shape)
     for a, n in zip(spatial, rows):
         acc_shape[a] = n
@@ -669,8 +680,7 @@ def _max_pool_backward(p, x, y, dy, channels_last=False):
 
 def _pool_backward_lower(p, ctx, dy, *read, channels_last=False):
     if p.pool_type == "max":
-        x, y = read
-        return _max_pool_backward(p, x, y, dy, channels_last)
+        return _max_pool_backward(p, read[0], dy, channels_last)
     nchw = _nchw_shape if channels_last else tuple
     in_nchw = nchw(read[0].shape) if read else _pool_input_shape(p, nchw(dy.shape))
     kernel, stride, pad, out, extra = _pool_geometry(p, in_nchw)
@@ -699,12 +709,11 @@ def _pool_backward_shape(p, s):
 # windows; sum: the same without the count
 register(OpDef(
     name="_backward_Pooling", attrs=POOL_ATTRS,
-    arguments=lambda p: ["ograd_output"] + [f"in_{a}" if a == "data" else "out_output"
-                                             for a in _pool_backward_reads(p)],
+    arguments=lambda p: ["ograd_output"] + [f"in_{a}" for a in _pool_backward_reads(p)],
     outputs=("grad_data",), lower=_pool_backward_lower, infer_shape=_pool_backward_shape,
     channels_last=lambda p, ctx, dy, *read: _pool_backward_lower(p, ctx, dy, *read,
                                                                   channels_last=True),
-    doc="Gradient of Pooling; max reads input and output, avg/sum the output gradient "
+    doc="Gradient of Pooling; max reads the input, avg/sum the output gradient "
         "(and the input for its shape where strides hide it)."))
 
 
@@ -712,7 +721,7 @@ def _pool_gradient(g, node, og):
     if not g.need[0]:
         return [None]
     reads = _pool_backward_reads(node.params)
-    ins = [og[0]] + [node.inputs[0] if r == "data" else g.output(node, 0) for r in reads]
+    ins = [og[0]] + [node.inputs[0] for _ in reads]  # the only read is "data"
     return [g.op("_backward_Pooling", ins, _attrs_of(node))[0]]
 
 

@@ -257,3 +257,76 @@ def test_every_injected_corruption_is_caught(record_property):
         # and nearly all change one
         assert c["interpreter caught"] >= c["change a read"]
         assert c["change a read"] >= 0.9 * c["injected"], c
+
+
+# -- one plan broken each way, each check ------------------------------------------
+def _fork_net():
+    """fc = FC(data); a = tanh(fc); b = sigmoid(fc); c = negative(b);
+    out = a * c. Neither b's step nor c's reads a, which out reads last;
+    b dies (read by c) before that, c lives until then."""
+    d = sg.sym.Variable("data")
+    fc = sg.sym.FullyConnected(d, num_hidden=6, name="fc")
+    a = sg.sym.tanh(fc, name="a")
+    b = sg.sym.sigmoid(fc, name="b")
+    c = sg.sym.negative(b, name="c")
+    return sg.sym.elemwise_mul(a, c, name="out"), {"data": (2, 5)}
+
+
+def _broken(kind):
+    """(plan, broken offsets, total, moved tensor, other tensor) from the
+    naive plan (every tensor its own range, in the order written)."""
+    net, shapes = _fork_net()
+    p = sg.plan(net, shapes, fuse=False)
+    lv = p.live
+    t = {lv.tensor_name(i): i for i in range(lv.num_tensors)}
+    fc, a, b, c = t["fc_output"], t["a_output"], t["b_output"], t["c_output"]
+    assert lv.first[fc] < lv.first[a] < lv.first[b] < lv.first[c] < lv.last[a]
+    assert lv.last[b] < lv.last[a] == lv.last[c]
+    naive = p.assignment("naive")
+    off = list(naive.offset)
+    assert off[b] == off[a] + lv.nbytes[a]  # side by side
+    if kind == "overlap":  # c written on a, which out reads later
+        off[c], moved, other = off[a], c, a
+    elif kind == "inplace":  # tanh may overwrite its input, but b reads fc later
+        off[a], moved, other = off[fc], a, fc
+    else:  # b one element lower: its first element on a's last; b dies first
+        off[b], moved, other = off[b] - 4, b, a
+    return p, off, naive, moved, other
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_check_fails_on_a_plan_broken_each_way(kind):
+    p, off, naive, moved, other = _broken(kind)
+    lv = p.live
+    mname, oname = lv.tensor_name(moved), lv.tensor_name(other)
+    p.check_arena("naive")  # unbroken, it passes
+    # static, byte ranges
+    with pytest.raises(PlanError, match=f"broken: .* tensor {mname} .* overlaps {oname}"):
+        check_placement(lv, off, name="broken")
+    # static, storage ids: the moved tensor given the other's slot (a shifted
+    # offset is no slot plan; it shares the slot only in part)
+    if kind != "shift":
+        slot = list(naive.slot)
+        slot[moved] = slot[other]
+        with pytest.raises(PlanError, match=f"{mname} is written into slot .* holds {oname}"):
+            check_slots(lv, slot, naive.slot_size, name="broken")
+    # the interpreter: the overlap of a step's output with its input is refused
+    # before it runs; a tensor overwritten while live is seen when read
+    want = {"overlap": f"at step \\d+ \\('out'\\) tensor {oname} .* holds another tensor's "
+                       f"values in 12 of 12 elements",
+            "inplace": f"output {mname} .* overlaps its input {oname}",
+            "shift": f"at step \\d+ \\('out'\\) tensor {oname} .* holds poison \\(memory "
+                     f"freed\\) in 1 of 12 elements"}[kind]
+    with pytest.raises(PlanError, match=want):
+        check_arena(lv, off, naive.total, False, name="broken")
+
+
+def test_poison_reaches_the_output_without_the_read_check():
+    # b over a's last element: b dies and is poisoned before out reads a, so
+    # out reads a NaN; the outputs are compared byte for byte (no equal_nan)
+    p, off, naive, moved, other = _broken("shift")
+    lv = p.live
+    with pytest.raises(PlanError, match=f"tensor {lv.tensor_name(other)} .* holds poison"):
+        check_arena(lv, off, naive.total, False)
+    with pytest.raises(PlanError, match=r"different 'out_output' .*\(1 of 12 elements differ"):
+        check_arena(lv, off, naive.total, False, check_reads=False)

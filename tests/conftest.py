@@ -23,15 +23,19 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _x64_mode(request):
-    """x64_off tests run inside ``jax.enable_x64(False)``: a context manager
-    (restored even when the test fails), and every jit traced inside it
-    traces apart (the flag is part of JAX's trace context), so nothing
-    compiled with x64 on is reused. The check after the test is that the
-    process-global default came back on for the tests that follow in this
-    worker."""
+    """x64_off tests run with jax_enable_x64 switched off process-wide and
+    switched back after the test, pass or fail. Process-wide, not the
+    thread-local ``jax.enable_x64(False)`` context: Module.fit prefetches
+    batches on a background thread, which would still see x64 on. Safe
+    under pytest-xdist: each worker is a process running one test at a
+    time. Every jit traced meanwhile traces apart (the flag is part of
+    JAX's trace context), so nothing compiled with x64 on is reused."""
     if request.node.get_closest_marker("x64_off") is None:
         yield
         return
-    with jax.enable_x64(False):
+    before = jax.config.read("jax_enable_x64")
+    jax.config.update("jax_enable_x64", False)
+    try:
         yield
-    assert jax.config.read("jax_enable_x64"), "jax_enable_x64 leaked out of an x64_off test"
+    finally:
+        jax.config.update("jax_enable_x64", before)

@@ -26,6 +26,13 @@ def test_x64_is_off_here_and_float32_is_the_default():
     assert not jax.config.read("jax_enable_x64")
     assert jnp.asarray(np.zeros(2)).dtype == jnp.float32
     assert sg.nd.zeros((2, 3)).dtype == np.float32
+    # process-wide: a thread (Module.fit's prefetch) sees it off too
+    import threading
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(jax.config.read("jax_enable_x64")))
+    t.start()
+    t.join()
+    assert seen == [False]
 
 
 # --------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def _suggest_options(parser, extras) -> str:
         if not word.startswith("-") or re.fullmatch(r"-\d.*", word):
             continue  # a value, or a negative number
         near = difflib.get_close_matches(word.partition("=")[0], known, n=1, cutoff=0.6)
-        if near and near[0] not in hints:
+        if near and near[0] not in hints and near[0] != word:
             hints.append(near[0])
     return f"; did you mean {' or '.join(hints)}?" if hints else ""
 
@@ -110,8 +110,9 @@ def _one_line(message) -> str:
     return "".join(repr(c)[1:-1] if c in _BREAKS else c for c in text)
 
 
-# what str.splitlines breaks at
-_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+# what str.splitlines breaks at, and the other control characters a
+# terminal acts on (tabs are kept)
+_BREAKS = frozenset("\x85\u2028\u2029\x7f") | {chr(i) for i in range(32)} - {"\t"}
 
 
 def parse_shapes(items) -> dict:

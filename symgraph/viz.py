@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from .errors import ShapeError, SymgraphError
 from .graph import Entry, Graph, Node
 from .passes.infer import parameter_names  # noqa: F401  (part of viz's API)
-from .util import atomic_write_bytes, atomic_write_text
+from .util import atomic_write_bytes, atomic_write_text, short_repr
 
 FORMATS = ("svg", "png", "pdf", "dot")
 
@@ -333,7 +333,7 @@ def _parse_range(node_range):
     if isinstance(node_range, str):
         start, sep, end = node_range.partition(":")
         if not sep:
-            raise VizError(f"bad range {node_range!r}: expected START:END such as "
+            raise VizError(f"bad range {short_repr(node_range)}: expected START:END such as "
                            f"conv3_1:conv4_1 (either side may be empty)")
         return start.strip() or None, end.strip() or None
     start, end = node_range
@@ -385,7 +385,7 @@ def _block_keys(graph: Graph, drawn: list[bool], collapse: str | None) -> list:
     try:
         pattern = re.compile(collapse)
     except re.error as err:
-        raise VizError(f"bad --collapse pattern {collapse!r}: {err}") from None
+        raise VizError(f"bad --collapse pattern {short_repr(collapse)}: {err}") from None
 
     def key(name):
         m = pattern.search(name)
@@ -442,7 +442,7 @@ def plot(net, shape: dict | None = None, plan=None, train: bool = False, *,
         # a bare tuple would be read as input names ("'2' is not an input")
         example = tuple(shape) if isinstance(shape, (tuple, list)) else (2, 1, 28, 28)
         raise VizError(f"shape must be a dict of input shapes such as {{'data': {example}}}, "
-                       f"got {shape!r}")
+                       f"got {short_repr(shape)}")
     graph = _as_graph(net)
     n_fwd = len(graph.outputs)
     pv = None

@@ -36,6 +36,9 @@ def run(args) -> int:
             print(f"{name:<{width}}  {shape:<10}  {info.doc}")
         print("(any depth: resnet-N, resnet-v1-N, resnet-cifar-N, resnet-v1-cifar-N)")
         return 0
+    if args.output:
+        from ..cli import check_output_folder
+        check_output_folder(args.output)  # a mistyped folder is an error, not made
     net = get_model(args.name, num_classes=args.classes, image_shape=args.image_shape)
     text = net.tojson()
     if args.output:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import difflib
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -128,10 +129,18 @@ def choice_attr(*choices: str) -> Callable[[Any], str]:
     return parse
 
 
+_DTYPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def dtype_attr(v) -> str:
+    """A dtype given by name (``float32``) or as a NumPy type. Only a plain
+    name reaches NumPy: it reads ``'(2, 3)f'`` as a sub-array dtype and
+    ``'(1e308, 2)'`` with its own parser (a SyntaxError)."""
+    if not isinstance(v, (type, np.dtype)) and not _DTYPE_NAME.fullmatch(str(v)):
+        raise ValueError(f"expected a dtype name such as float32, got {short_repr(v)}")
     try:
-        return np.dtype(str(v) if not isinstance(v, type) else v).name
-    except (TypeError, ValueError, SyntaxError):  # NumPy parses some strings itself
+        return np.dtype(str(v) if not isinstance(v, (type, np.dtype)) else v).name
+    except (TypeError, ValueError):
         raise ValueError(f"expected a dtype name such as float32, got {short_repr(v)}") \
             from None
 
@@ -340,6 +349,8 @@ def register(op: OpDef) -> OpDef:
 
 
 def get_op(name: str) -> OpDef:
+    if not isinstance(name, str):
+        raise OpError(f"an op name is a string such as 'Convolution', got {short_repr(name)}")
     try:
         return _REGISTRY[name]
     except KeyError:

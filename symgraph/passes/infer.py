@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import OpError, ShapeError
 from ..graph import Graph
-from ..ops.registry import same_type, shape_attr
+from ..ops.registry import dtype_attr, same_type, shape_attr
 from ..util import short_repr
 
 # the largest tensor a shape may describe: its element count must fit in
@@ -131,7 +131,7 @@ def _var_hint(node, key, parse):
     try:
         return parse(v)
     except ValueError:
-        raise ShapeError(f"variable '{node.name}': bad {key} hint {v!r}") from None
+        raise ShapeError(f"variable '{node.name}': bad {key} hint {short_repr(v)}") from None
 
 
 def _merge(table, eid, value, what, node, slot):
@@ -207,10 +207,15 @@ def _run(graph: Graph, known: dict, kind: str):
                 else:
                     rule = node.op.infer_type or same_type
                     new_in, outs = rule(node.params, list(ins), n_out)
-            except ShapeError as err:
+            except (ShapeError, IndexError, ValueError, TypeError, ZeroDivisionError,
+                    OverflowError) as err:
+                # an op's rule written for the ranks it takes, given another
+                # (FullyConnected on a scalar): the inputs are at fault
+                why = str(err) if isinstance(err, ShapeError) else \
+                    f"inputs it cannot take ({type(err).__name__}: {err})"
                 shown = ", ".join(f"{nm}={s}" for nm, s in zip(
                     node.op.arg_names(node.params) + node.op.aux_names(node.params), ins))
-                raise ShapeError(f"node '{node.name}' ({node.op.name}): {err} "
+                raise ShapeError(f"node '{node.name}' ({node.op.name}): {why} "
                                  f"[inputs: {shown}]") from None
             if len(outs) != n_out:
                 raise AssertionError(f"{node.op.name}.infer_{kind} gave {len(outs)} outputs")
@@ -228,10 +233,9 @@ def _dtype_hint(v):
     code = {"0": "float32", "1": "float64", "2": "float16", "3": "uint8", "4": "int32",
             "5": "int8", "6": "int64", "12": "bfloat16"}
     v = code.get(str(v), v)
-    try:
-        return np.dtype(v).name if v != "bfloat16" else "bfloat16"
-    except TypeError:
-        raise ValueError(f"unknown dtype {v!r}") from None
+    if v == "bfloat16":
+        return v
+    return dtype_attr(v)  # a plain name only: ValueError otherwise
 
 
 def infer_shapes(graph: Graph, shapes: dict, dtypes: dict | None = None,

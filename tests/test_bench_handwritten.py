@@ -135,6 +135,17 @@ def test_step_compiles_for_memory_analysis_with_symgraphs_options():
     assert m is not None and m["temp"] > 0
     infer = hw.step(net, 2, 8, "NCHW", train=False)
     assert infer.donate == () and xla.memory(infer) is not None
+    # real arguments of the same structure run; the loss falls on a repeated batch
+    args = hw.real_args(net, 2, 8, "NHWC")
+    f = train.jit()
+    losses = []
+    for _ in range(3):
+        loss, p, m, st = f(*args)
+        args = (p, m, st) + args[3:]
+        losses.append(float(loss))
+    assert losses[-1] < losses[0]
+    probs = infer.jit()(*hw.real_args(net, 2, 8, "NCHW", train=False))
+    np.testing.assert_allclose(np.asarray(probs).sum(axis=1), 1.0, rtol=1e-5)
 
 
 def test_bad_net_or_layout_is_refused():

@@ -430,6 +430,23 @@ def step(net, batch: int, image_size: int = 224, layout: str = "NCHW", train: bo
                     (params, params, state, x, labels, key), (0, 1), opts)
 
 
+def real_args(net, batch: int, image_size: int = 224, layout: str = "NCHW",
+              train: bool = True, dtype="float32", num_classes: int = 1000, seed: int = 0):
+    """Concrete arguments for ``step``'s function (same order): initialised
+    parameters, zero momentum, fresh BatchNorm states, random images and
+    labels; for timing a step."""
+    _check_layout(layout)
+    net = get_net(net, num_classes) if isinstance(net, str) else net
+    key = jax.random.key(seed)
+    kp, kx, ky, kd = jax.random.split(key, 4)
+    params, state = net.init(kp, image_size, layout, jnp.dtype(dtype))
+    x = jax.random.normal(kx, _image_shape(batch, 3, image_size, layout), jnp.dtype(dtype))
+    if not train:
+        return params, state, x
+    labels = jax.random.randint(ky, (batch,), 0, net.num_classes, jnp.int32)
+    return params, jax.tree.map(jnp.zeros_like, params), state, x, labels, kd
+
+
 # --------------------------------------------------------------------------
 # symgraph's (MXNet's) parameters on a hand-written net
 # --------------------------------------------------------------------------

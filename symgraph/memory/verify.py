@@ -554,6 +554,7 @@ def check_arena(live: Liveness, offset, total: int, is_train: bool, feeds=None, 
     same values; a NaN equals nothing but the same NaN, so poison read
     from a freed tensor fails), else ``rtol``/``atol`` without equal_nan."""
     import jax
+    import jax.numpy as jnp
     runs = [(feeds, key)] if feeds is not None else [
         (random_feeds(live, seed), key) for seed in seeds]
     interp = ArenaInterpreter(live, offset, total, is_train, check_reads=check_reads)
@@ -562,7 +563,9 @@ def check_arena(live: Liveness, offset, total: int, is_train: bool, feeds=None, 
         k = jax.random.key(seed) if k is None else k
         interp.key = k
         got = interp.run(fd)  # first: a wrong plan usually stops it early
-        ref, _ = lower(live.graph, is_train)(fd, k)
+        # JAX arrays, as the interpreter's: an op given NumPy arrays may compute
+        # with NumPy (x / 1.5 rounds otherwise than XLA's x * (1 / 1.5))
+        ref, _ = lower(live.graph, is_train)({n: jnp.asarray(v) for n, v in fd.items()}, k)
         for nm, a, b in zip(names, got, ref):
             a, b = np.asarray(a), np.asarray(b)
             if a.shape != b.shape or a.dtype != b.dtype:

@@ -17,10 +17,12 @@ question; the arena by byte range).
 
 ``ArenaInterpreter`` (dynamic): a subclass of ``lower.JaxInterpreter`` that
 runs the graph in the plan's schedule with every planned tensor stored at
-its planned offset of one NumPy buffer (filled with NaN-like bytes first).
-Each op is computed by its JAX lowering from the bytes it finds there, so
-a wrong plan clobbers a live tensor and the outputs differ from the plain
-lowering's; ``check_arena`` compares them.
+its planned offset of one byte buffer. Each op is computed by its JAX
+lowering from the bytes it finds there; every tensor is poisoned after its
+last read, every read must find the bytes written, an output may overlap
+its own step's inputs only as a declared inplace pair (run aliased), and
+``check_arena`` compares the outputs with the plain lowering's byte for
+byte on two input seeds.
 """
 from __future__ import annotations
 

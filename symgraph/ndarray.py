@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import numbers
 import os
+import re
 import struct
 
 import jax
@@ -37,6 +38,7 @@ import numpy as np
 
 from .context import Context, current_context
 from .errors import ContextError, OpError, SerializationError, ShapeError, UnknownOpError
+from .util import short_repr
 
 _ARRAY_TYPES = (np.ndarray, jax.Array)
 
@@ -45,10 +47,15 @@ def _dtype(dtype, default="float32"):
     """A dtype from a name, type or dtype (``None`` -> ``default``)."""
     if dtype is None:
         dtype = default
+    # a name only: NumPy reads '(2, 3)f' as a sub-array dtype and parses
+    # '(1e308, 2)' itself (a SyntaxError)
+    plain = not isinstance(dtype, str) or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", dtype)
     try:
-        return jnp.dtype(dtype)
-    except TypeError:
-        raise ShapeError(f"unknown dtype {dtype!r}; use e.g. float32, float16, int32") from None
+        if plain:
+            return jnp.dtype(dtype)
+    except (TypeError, ValueError):
+        pass
+    raise ShapeError(f"unknown dtype {short_repr(dtype)}; use e.g. float32, float16, int32")
 
 
 def dtype_name(dtype) -> str:

@@ -184,6 +184,7 @@ def test_cli_lists_writes_and_prints(tmp_path, capsys):
     listing = capsys.readouterr().out
     assert "vgg16 " in listing and "inception-v3" in listing and "3,299,299" in listing
     out = tmp_path / "sub" / "net.json"
+    out.parent.mkdir()  # a missing folder is an error (test_bad_input), not made
     assert main(["zoo", "resnet-cifar-20", "-o", str(out), "--classes", "100"]) == 0
     net = sg.sym.load(str(out))
     assert net.infer_shape(data=(2, 3, 32, 32))[1] == [(2, 100)]

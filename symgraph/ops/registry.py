@@ -92,13 +92,24 @@ def optional_int_attr(v):
 
 
 def float_attr(v) -> float:
-    v = _literal(v)
+    """A number: a Python number or its text. ``inf`` and ``nan`` are taken
+    as MXNet writes them (``str(float('inf'))``); a finite literal too large
+    for a float (``1e999``, 400 digits) is refused, not read as inf."""
+    if isinstance(v, str) and v.strip().lower() in _NON_FINITE:
+        return float(v)
+    text, v = v, _literal(v)
     if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
         raise ValueError(f"expected a number, got {short_repr(v)}")
     try:
-        return float(v)
+        f = float(v)
     except OverflowError:  # an integer of hundreds of digits
-        raise ValueError(f"{short_repr(v)} is out of the range of a float") from None
+        f = None
+    if f is None or (isinstance(text, str) and not math.isfinite(f)):
+        raise ValueError(f"{short_repr(text)} is out of the range of a float")
+    return f
+
+
+_NON_FINITE = ("inf", "+inf", "-inf", "infinity", "-infinity", "nan")
 
 
 def bool_attr(v) -> bool:

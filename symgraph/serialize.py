@@ -111,7 +111,14 @@ def _layout(doc: dict) -> str:
     key and arrays of more than ten numbers one item a line, ``", "`` between
     items, entries ``[n, i, v]`` on one line, no final newline."""
     def s(x):
-        return json.dumps(x, ensure_ascii=False)
+        text = json.dumps(x, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # a lone surrogate (JSON may hold "\ud800") has no UTF-8 form:
+            # such a string keeps JSON's \u escapes, so the file can be written
+            return json.dumps(x)
+        return text
 
     def block(items, level, open_, close):
         if not items:

@@ -246,6 +246,7 @@ def node_allocations(plan, strategy: str | None = None) -> dict:
 # names as Graphviz can hold them, whatever they hold
 # --------------------------------------------------------------------------
 TEXT_LIMIT = 120  # characters of a name shown; dot refuses strings over 16,384
+LEGEND_ID = "__legend__"  # the plan's legend; a node of that name gets another id
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 # a name used as a node id as it is: none of the characters DOT, its HTML
 # strings or edge ports give a meaning (':' names a port, '<...>' is HTML),
@@ -276,7 +277,7 @@ def dot_id(name: str, index: int) -> str:
     """The DOT id of node ``index`` named ``name``: the name itself where
     that is safe (SVG titles then name the node), else a cleaned prefix and
     the index (unique: a plain name holds no '#')."""
-    if _PLAIN_ID.fullmatch(name) and name.strip() == name:
+    if _PLAIN_ID.fullmatch(name) and name.strip() == name and name != LEGEND_ID:
         return name
     return re.sub(r"[^\w.-]", "_", name[:40]) + f"#{index}"
 
@@ -550,7 +551,7 @@ def plot(net, shape: dict | None = None, plan=None, train: bool = False, *,
                 dot.edge(tail, unit_id(i), **attrs)
 
     if pv is not None:
-        dot.node("__legend__", label=_legend(pv), shape="plaintext", style="",
+        dot.node(LEGEND_ID, label=_legend(pv), shape="plaintext", style="",
                  tooltip="memory plan totals")
     if len(members) > 400:
         # keep dot's crossing minimisation and positioning passes bounded on

@@ -59,6 +59,17 @@ def test_deeply_nested_attribute_value_is_a_serialization_error():
         sg.sym.load_json(json.dumps(doc))
 
 
+def test_a_lone_surrogate_in_a_name_saves_and_loads(tmp_path):
+    # JSON may hold "\ud800", which has no UTF-8 form: saving raised
+    # UnicodeEncodeError
+    doc = json.load(open(MLP_FILE))
+    doc["nodes"][0]["name"] = "\ud800data"
+    net = sg.sym.load_json(json.dumps(doc))
+    net.save(tmp_path / "s.json")
+    again = sg.sym.load(tmp_path / "s.json")
+    assert again.list_arguments()[0] == "\ud800data" and again.tojson() == net.tojson()
+
+
 @pytest.mark.parametrize("value", [-1, 0, "-1", "0"])
 def test_num_hidden_must_be_positive(value):
     with pytest.raises(OpError, match=r"num_hidden.*positive integer"):
@@ -282,6 +293,8 @@ def test_any_name_draws(tmp_path, name):
     assert "<title>data</title>" in svg
     if name in ("node", "é漢"):
         assert f"<title>{name}</title>" in svg  # a plain name is the node's id
+    if name == "__legend__":  # not merged into the plan's legend
+        assert svg.count("<title>__legend__</title>") == 1 and "__legend__#" in svg
 
 
 @needs_dot

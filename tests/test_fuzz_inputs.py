@@ -213,7 +213,8 @@ def test_malformed_symbol_files_never_escape(case, train):
         # control characters and no string dot's scanner refuses (16,384)
         assert not any(c in dot.source for c in "\x00\x1b")
         assert all(len(q) < 16384 for q in QUOTED.findall(dot.source))
-    # what loaded saves and loads again, to the same file
+    # what loaded saves (as UTF-8) and loads again, to the same file
+    sym.tojson().encode("utf-8")
     again = no_escape(sg.sym.load_json, sym.tojson())
     assert again is not None and again.tojson() == sym.tojson()
 

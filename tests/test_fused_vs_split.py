@@ -120,10 +120,10 @@ def worst_update_error(before, a, b):
     has a gradient that is zero in exact arithmetic, its update is the
     roundoff of a sum over the batch and the image."""
     steps = {k: b[k] - before[k] for k in b}
-    floor = 1e-3 * max(np.abs(v).max() for v in steps.values())
+    floor = 1e-3 * max([np.abs(v).max() for v in steps.values()], default=0.0)
     worst = (0.0, "")
     for k, step in steps.items():
-        err = np.abs(a[k] - b[k]).max() / max(np.abs(step).max(), floor)
+        err = np.abs(a[k] - b[k]).max() / (max(np.abs(step).max(), floor) or 1.0)
         worst = max(worst, (err, k))
     return worst
 

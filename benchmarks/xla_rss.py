@@ -53,7 +53,7 @@ def measure_here(name: str, batch: int, mode: str, measures: tuple) -> dict:
     args = jax.tree_util.tree_map(
         lambda s: jnp.asarray(rng.uniform(0.1, 1.0, s.shape).astype(s.dtype))
         if jnp.issubdtype(s.dtype, jnp.floating) else jnp.zeros(s.shape, s.dtype),
-        step.args[:3]) + (step.args[3],)
+        step.args[:-1]) + (step.args[-1],)  # the last argument is the random key
     compiled = step.lower().compile(step.compiler_options or None)
     temp = compiled.memory_analysis().temp_size_in_bytes
     before = _status("VmRSS")

@@ -16,6 +16,7 @@ from . import ndarray
 from .context import Context, cpu, current_context, gpu, num_gpus
 from .errors import (BindError, ContextError, GraphError, OpError, PlanError,
                      SerializationError, ShapeError, SymgraphError)
+from . import measures
 from .executor import Executor
 from .graph import Entry, Graph, Node
 
@@ -53,6 +54,6 @@ def __getattr__(name):
 
 
 __all__ = ["sym", "symbol", "nd", "ndarray", "ops", "Context", "cpu", "gpu",
-           "current_context", "num_gpus", "Executor", "Entry", "Graph", "Node",
+           "current_context", "num_gpus", "measures", "Executor", "Entry", "Graph", "Node",
            "SymgraphError", "GraphError", "OpError", "ShapeError", "SerializationError",
            "BindError", "ContextError", "PlanError", *_LAZY, *_LAZY_ATTRS]

@@ -4,7 +4,9 @@ Training is split at the tensors the backward reads: ``forward(is_train=
 True)`` runs one program that returns the outputs plus those saved tensors;
 ``backward()`` runs a second program that starts from them (MXNet keeps
 them between the two calls the same way). Inference is a third program.
-Each is jitted once per shapes.
+Each is jitted once per shapes, lowered with the memory measures of
+``symgraph.measures`` (chosen by its rule unless ``memory_measures`` names
+them), so the programs keep the memory plan.
 """
 from __future__ import annotations
 
@@ -16,10 +18,10 @@ import numpy as np
 
 from .context import Context, current_context
 from .errors import BindError
-from .graph import Entry, Graph
-from .lower import entry_key, lower
+from . import measures as measures_mod
+from .graph import Graph
 from .ndarray import NDArray, dtype_name, require_storable
-from .passes.gradient import build_gradient_with_heads
+from .passes.gradient import TrainingSplit
 from .passes.infer import infer_shapes
 
 GRAD_REQS = ("write", "add", "null")
@@ -43,8 +45,9 @@ def _to_dict(values, names: list[str], what: str) -> dict:
 
 class Executor:
     def __init__(self, symbol, ctx: Context | None, args, args_grad=None, grad_req="write",
-                 aux_states=None, seed: int = 0):
+                 aux_states=None, seed: int = 0, memory_measures="auto"):
         self._symbol = symbol
+        self._measures_spec = measures_mod.parse(memory_measures)
         self._ctx = ctx or current_context()
         self._device = self._ctx.jax_device
         g: Graph = symbol.graph()
@@ -86,7 +89,8 @@ class Executor:
 
     # -- construction ---------------------------------------------------------
     @classmethod
-    def simple_bind(cls, symbol, ctx=None, grad_req="write", type_dict=None, shapes=None):
+    def simple_bind(cls, symbol, ctx=None, grad_req="write", type_dict=None, shapes=None,
+                    memory_measures="auto"):
         """Allocates zero arrays of the inferred shapes and binds them."""
         g = symbol.graph()
         type_dict = {k: dtype_name(v) for k, v in (type_dict or {}).items()}
@@ -106,7 +110,7 @@ class Executor:
 
         args = {n.name: zeros(n) for n in g.arguments}
         aux = {n.name: zeros(n) for n in g.aux_states}
-        return cls(symbol, ctx, args, None, grad_req, aux)
+        return cls(symbol, ctx, args, None, grad_req, aux, memory_measures=memory_measures)
 
     def _nd(self, v) -> NDArray:
         if isinstance(v, NDArray):
@@ -131,34 +135,27 @@ class Executor:
         return dict(zip(self._symbol.list_outputs(), self.outputs))
 
     # -- programs ---------------------------------------------------------------
+    def measures(self, train: bool) -> tuple:
+        """The memory measures the training (or inference) programs use."""
+        return measures_mod.resolve(self._measures_spec, self._graph, train)
+
     def _program(self, kind: str):
         prog = self._programs.get(kind)
         if prog is not None:
             return prog
         g = self._graph
+        ms = self.measures(kind != "infer")
+
+        def jitted(graph):
+            return measures_mod.jit(measures_mod.lower_measured(graph, True, ms), ms)
         if kind == "infer":
-            prog = (jax.jit(lower(g, is_train=False)), None)
+            prog = (measures_mod.jit(measures_mod.lower_measured(g, False, ms), ms), None)
         elif not self._wrt:  # training mode without any gradient: no backward
-            prog = (jax.jit(lower(g, is_train=True)), None, [], [])
+            prog = (jitted(g), None, [], [])
         else:
-            gg, head_of = build_gradient_with_heads(g, self._wrt)
-            fwd_ids = {id(n) for n in g.nodes}
-            saved: dict[str, Entry] = {}
-            for n in gg.nodes:
-                if id(n) in fwd_ids or n.op is None:
-                    continue
-                for e in n.inputs:
-                    if id(e.node) in fwd_ids and e.node.op is not None:
-                        saved.setdefault(entry_key(e), e)
-            saved_entries = list(saved.values())
-            fwd = Graph(list(g.outputs) + saved_entries)
-            bwd = Graph(gg.outputs[len(g.outputs):])
-            # the gradient pass says which variable is which output's head
-            # gradient: names alone cannot (Group([y, y]) gives y two heads)
-            fed = {n.name for n in bwd.variables}
-            heads = [(name, i) for name, i in head_of if name in fed]
-            prog = (jax.jit(lower(fwd, is_train=True)), jax.jit(lower(bwd, is_train=True)),
-                    [entry_key(e) for e in saved_entries], heads)
+            split = TrainingSplit(g, self._wrt)
+            prog = (jitted(split.forward), jitted(split.backward), split.saved_keys,
+                    split.heads)
         self._programs[kind] = prog
         return prog
 

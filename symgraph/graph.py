@@ -86,6 +86,11 @@ class Entry(NamedTuple):
         return f"%{self.node.name}" + (f":{self.index}" if self.index else "")
 
 
+def entry_key(e: Entry) -> str:
+    """How programs feed and return an inner entry by name: ``node:index``."""
+    return f"{e.node.name}:{e.index}"
+
+
 def topo_order(outputs: Iterable[Entry]) -> list[Node]:
     """Nodes reachable from ``outputs``, inputs before users (DFS post-order).
 

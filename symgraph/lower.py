@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import BindError, SymgraphError
-from .graph import Entry, Graph, Node
+from .graph import Entry, Graph, Node, entry_key  # noqa: F401 (entry_key: re-exported)
 
 
 class LowerCtx:
@@ -39,10 +39,6 @@ class LowerCtx:
         if self._key is None:
             raise SymgraphError(f"node '{self.node_name}' needs a random key")
         return jax.random.fold_in(self._key, zlib.crc32(self.node_name.encode()) & 0x7FFFFFFF)
-
-
-def entry_key(e: Entry) -> str:
-    return f"{e.node.name}:{e.index}"
 
 
 class Interpreter:

@@ -196,14 +196,20 @@ class Symbol:
         save(self, fname)
 
     # -- binding -------------------------------------------------------------------
-    def simple_bind(self, ctx=None, grad_req="write", type_dict=None, **shapes):
+    def simple_bind(self, ctx=None, grad_req="write", type_dict=None, memory_measures="auto",
+                    **shapes):
+        """Binds zero arrays of the inferred shapes. ``memory_measures``:
+        how the programs are lowered (``symgraph.measures``: 'auto', 'none'
+        or measure names)."""
         from .executor import Executor
         return Executor.simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict,
-                                    shapes=shapes)
+                                    shapes=shapes, memory_measures=memory_measures)
 
-    def bind(self, ctx=None, args=None, args_grad=None, grad_req="write", aux_states=None):
+    def bind(self, ctx=None, args=None, args_grad=None, grad_req="write", aux_states=None,
+             memory_measures="auto"):
         from .executor import Executor
-        return Executor(self, ctx, args, args_grad, grad_req, aux_states)
+        return Executor(self, ctx, args, args_grad, grad_req, aux_states,
+                        memory_measures=memory_measures)
 
     def eval(self, ctx=None, **kwargs):
         """Runs the symbol once on NDArrays (inference); returns the outputs."""

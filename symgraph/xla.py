@@ -1,15 +1,20 @@
-"""Plan vs XLA: what the compiled program really holds, and the measures
-that bring it closer to symgraph's plan.
+"""Plan vs XLA: what the compiled program really holds.
 
     import symgraph as sg
     from symgraph import xla
     p = sg.plan(net, {'data': (64, 3, 224, 224)}, train=True)
-    step = xla.training_step(p, measures=('anchor',))   # symgraph's lowering + SGD
-    xla.memory(step)                                     # memory_analysis() as a dict
+    step = xla.training_step(p)        # the step Module.fit compiles, one device
+    xla.memory(step)                   # memory_analysis() as a dict
+    step.info                          # which program: devices, optimizer, measures
     b = xla.memory_breakdown(step, graph=p)              # what XLA's temp holds
     print(b.table())
-    plain = xla.plain_jax_step(net, {'data': (64, 3, 224, 224)})  # value_and_grad + SGD
-    step.jit()(params, aux, batch, key)                  # run it
+    xla.training_step(p, measures='none')                # the plain lowering
+
+``training_step`` and ``inference_step`` are not programs of their own:
+they build the Module's ``TrainPrograms`` for the plan's net and return the
+jitted program a Module would run, with ShapeDtypeStruct arguments. The
+memory measures (``symgraph.measures``) are chosen by the same rule a
+Module uses unless named.
 
 ``memory_breakdown`` compiles with XLA's dump switched on (a temporary
 folder, through ``compiler_options``: a ``Compiled`` object does not carry
@@ -30,38 +35,9 @@ temp allocation's live bytes peak it classifies every live value by
 The symgraph node a value comes from is read from the HLO metadata: the
 lowering runs every node inside ``jax.named_scope(node.name)``.
 
-Measures (``MEASURES``), each an option of ``training_step`` (only
-``scheduler`` and ``channels_last`` apply to inference):
-
-- ``scheduler``: XLA's memory-optimized CPU scheduler
-  (``compiler_options={'xla_cpu_scheduler_type':
-  'CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED'}``; CPU only).
-- ``donate``: parameters and aux states donated to the step, so the update
-  writes them in place (this moves bytes between XLA's output and temp
-  figures rather than saving them: see ``footprint``).
-- ``anchor``: ``lower(..., anchor='backward')``: every backward node's
-  inputs are tied to its incoming gradient, so XLA cannot start work on a
-  saved activation (a layout copy) in the forward pass and keep the result
-  alive until the backward; ``anchor_weights``: the same for the backward
-  of Convolution, Deconvolution and FullyConnected only.
-- ``channels_last``: ``lower(..., layout='NHWC')``: 4-D activations stay
-  NHWC between convolutions, pooling, BatchNorm, Concat, their backward
-  ops and elementwise ops inside the program, so XLA's CPU convolutions
-  need no transposed copy of them (inputs and outputs stay NCHW); with
-  ``SINGLE_OP_FUSIONS``, so that XLA's temp still counts every activation.
-- ``split_wgrad``: ``lower(..., wgrad_chunks=WGRAD_CHUNKS)``: the weight
-  gradient of each Convolution and Deconvolution is the sum of the
-  gradients of the batch's two halves, the second half tied to the first
-  half's result. XLA's CPU convolution computes a weight gradient from
-  batch-minor copies of the activation and of the incoming gradient
-  (whatever the layout); one half's copies at a time are half the size.
-  Training only.
-
 ``best_step`` compiles a list of measure sets and keeps the one with the
-least temp: XLA's scheduling is heuristic, and which measure wins differs
-from net to net.
-
-docs/memory.md ("Plan vs XLA") has the measured effect of each.
+least temp (benchmarks: how far the rule's choice is from the best).
+docs/memory.md ("Plan vs XLA") has the measured effect of each measure.
 """
 from __future__ import annotations
 
@@ -74,31 +50,18 @@ from dataclasses import dataclass, field
 import jax
 import jax.numpy as jnp
 
+from . import measures as measures_mod
 from .errors import SymgraphError
 from .graph import Graph
 from .lower import lower
+from .train.step import UPDATE_SCOPE
 
 MIB = 2 ** 20
-MEASURES = ("scheduler", "donate", "anchor", "anchor_weights", "channels_last", "split_wgrad")
-# the measure sets best_step tries by default: each won on some net, or
-# brought a small test net within its target (docs/memory.md, "Plan vs XLA")
-TRAIN_CANDIDATES = ((), ("scheduler",), ("anchor",), ("anchor_weights",),
-                    ("anchor_weights", "scheduler"), ("channels_last", "anchor"),
-                    ("channels_last", "anchor_weights"),
-                    ("channels_last", "split_wgrad", "anchor"),
-                    ("channels_last", "split_wgrad", "anchor_weights"),
-                    ("channels_last", "split_wgrad", "scheduler"))
-INFER_CANDIDATES = ((), ("scheduler",), ("channels_last",), ("channels_last", "scheduler"))
-# split_wgrad's batch slices (halves: quarters did no better on the small
-# test nets, and worse on the Inception-like one)
-WGRAD_CHUNKS = 2
-SCHEDULER_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
-# XLA's CPU backend hands convolutions and dots to YNNPACK one op at a time:
-# with channels-last activations it would otherwise fuse whole convolution
-# chains into one library call whose buffers memory_analysis() does not see
-SINGLE_OP_FUSIONS = {"xla_cpu_experimental_ynn_fusion_type":
-                     "LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
-UPDATE_SCOPE = "sgd_update"
+# the measures moved to symgraph.measures; these names stay for the benchmarks
+MEASURES = measures_mod.MEASURES
+TRAIN_CANDIDATES = measures_mod.TRAIN_CANDIDATES
+INFER_CANDIDATES = measures_mod.INFER_CANDIDATES
+measures_label = measures_mod.label
 
 
 class XlaError(SymgraphError):
@@ -106,7 +69,7 @@ class XlaError(SymgraphError):
 
 
 # --------------------------------------------------------------------------
-# programs: symgraph's lowering and plain JAX, same net, same step
+# programs: the Module's own, seen from outside; plain JAX for comparison
 # --------------------------------------------------------------------------
 def _structs(graph: Graph, inferred, names) -> dict:
     out = {}
@@ -132,105 +95,123 @@ def _sgd(params: dict, grads: dict, lr: float) -> dict:
 
 @dataclass
 class Step:
-    """A step function and what to call it with.
+    """A program and what to call it with.
 
-    ``fn(params, aux, batch, key) -> (outputs, new_params, new_aux)`` for
-    training, ``fn(params, aux, batch, key) -> outputs`` for inference;
-    ``args`` are ShapeDtypeStructs (``jax.jit(step.fn, donate_argnums=
-    step.donate).lower(*step.args)``), ``compiler_options`` go to
-    ``Lowered.compile``.
+    ``fn`` is a function, or (``jitted``) the jitted program itself -- the
+    one a Module runs; ``args`` are ShapeDtypeStructs for ``lower()``;
+    ``compiler_options`` go to ``Lowered.compile``; ``info`` says which
+    program it is (devices, optimizer, measures).
     """
 
     fn: object
     args: tuple
     donate: tuple = ()
     compiler_options: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+    jitted: bool = False
 
     def jit(self):
+        if self.jitted:
+            return self.fn
         return jax.jit(self.fn, donate_argnums=self.donate,
                        compiler_options=self.compiler_options or None)
 
     def lower(self):
-        return jax.jit(self.fn, donate_argnums=self.donate).lower(*self.args)
+        return self.jit().lower(*self.args)
 
 
-def measures_label(measures) -> str:
-    """How reports name a measure set: ``channels_last+anchor``, or ``none``."""
-    return "+".join(measures) or "none"
+# the optimizer reports compile by default: what the issue's targets name
+DEFAULT_OPTIMIZER = ("sgd", (("momentum", 0.9),))
+TRAIN_STEP_ARGS = ("params", "states", "aux", "fixed", "batch", "lr", "t", "key")
+INFER_STEP_ARGS = ("params", "aux", "fixed", "batch", "t", "key")
 
 
-def _measures(measures) -> set:
-    ms = set(measures or ())
-    bad = ms - set(MEASURES)
-    if bad:
-        raise XlaError(f"unknown memory measure(s) {sorted(bad)}; choose from "
-                       f"{', '.join(MEASURES)}")
-    return ms
+def _program_parts(plan):
+    """(forward graph, trainable, data names, label names, shapes) of a Plan."""
+    g = Graph(plan.graph.outputs[:plan.num_forward_outputs])
+    wrt = _gradient_names(plan) if plan.train else []
+    batch = [n for n in g.list_arguments() if n not in wrt]
+    if not plan.train:
+        batch = [n for n in batch if _is_batch(n)]
+    labels = [n for n in batch if n.endswith("label")]
+    data = [n for n in batch if n not in labels]
+    return g, wrt, data, labels
 
 
-def _anchor(ms: set):
-    if {"anchor", "anchor_weights"} <= ms:
-        raise XlaError("choose one of the measures anchor and anchor_weights")
-    return "backward" if "anchor" in ms else "weights" if "anchor_weights" in ms else None
+def _programs(plan, measures, compute_dtype="float32"):
+    from .parallel.data_parallel import DeviceSet
+    from .symbol import Symbol
+    from .train.step import TrainPrograms
+    g, wrt, data, labels = _program_parts(plan)
+    fixed = [n for n in g.list_arguments() if n not in wrt and n not in data + labels]
+    progs = TrainPrograms(Symbol(g.outputs), data, labels, wrt, fixed,
+                          g.list_auxiliary_states(), DeviceSet(None), compute_dtype,
+                          memory_measures=measures)
+    inf = plan.inferred
+    # the forward graph's variables are the plan graph's: same inferred shapes
+    structs = _structs(plan.graph, inf, {n.name for n in g.variables})
+    return progs, g, structs, wrt, data + labels, fixed
 
 
-def _lower(graph: Graph, train: bool, ms: set):
-    """``f(feeds, key)`` of the graph, lowered with the measures ``ms``."""
-    return lower(graph, train, anchor=_anchor(ms),
-                 layout="NHWC" if "channels_last" in ms else "NCHW",
-                 wgrad_chunks=WGRAD_CHUNKS if "split_wgrad" in ms else 1)
+def _signature(structs: dict, names) -> tuple:
+    return tuple((k, tuple(structs[k].shape), str(structs[k].dtype)) for k in names)
 
 
-def _options(ms: set) -> dict:
-    if jax.default_backend() != "cpu":
-        return {}
-    opts = dict(SCHEDULER_OPTIONS) if "scheduler" in ms else {}
-    if "channels_last" in ms:
-        opts.update(SINGLE_OP_FUSIONS)
-    return opts
-
-
-def training_step(plan, lr: float = 0.01, measures=()) -> Step:
-    """symgraph's lowered training program for a training ``Plan`` (the
-    explicit backward graph the plan is for), followed by an SGD update of
-    the parameters; ``measures``: any of ``MEASURES``."""
+def training_step(plan, optimizer=None, measures="auto") -> Step:
+    """The training step ``Module.fit`` runs for a training ``Plan``'s net,
+    on one device: ``TrainPrograms.fused`` -- forward, the explicit
+    backward, the optimizer update (SGD with momentum 0.9 unless
+    ``optimizer``, an ``sg.optimizer.Optimizer``, is given), parameters,
+    optimizer state and aux states donated -- lowered with ``measures``
+    ('auto': the rule a Module uses; 'none'; or names). Not a second
+    implementation: the same object a Module compiles. Its arguments are
+    ``TRAIN_STEP_ARGS``."""
+    from .train import optimizer as opt_mod
     if not plan.train:
         raise XlaError("training_step needs a training plan (plan(..., train=True))")
-    ms = _measures(measures)
-    g, inf = plan.graph, plan.inferred
-    n_fwd = plan.num_forward_outputs
-    grad_names = _gradient_names(plan)
-    params, aux, batch = _split(g, grad_names)
-    run = _lower(g, True, ms)
-
-    def step(p, a, b, key):
-        outs, new_aux = run({**p, **a, **b}, key)
-        grads = dict(zip(grad_names, outs[n_fwd:]))
-        return outs[:n_fwd], _sgd(p, grads, lr), {**a, **new_aux}
-
-    args = (_structs(g, inf, params), _structs(g, inf, aux), _structs(g, inf, batch),
+    progs, g, structs, wrt, batch, fixed = _programs(plan, measures)
+    bsz = structs[batch[0]].shape[0] if batch else 1
+    if optimizer is None:
+        name, params = DEFAULT_OPTIMIZER
+        optimizer = opt_mod.create(name, learning_rate=0.01, rescale_grad=1.0 / bsz,
+                                   **dict(params))
+    prog = progs.fused(_signature(structs, batch), optimizer)
+    params = {k: structs[k] for k in wrt}
+    states = {k: jax.eval_shape(lambda w, k=k: tuple(optimizer.create_state(k, w)), v)
+              for k, v in params.items()}
+    scalar = jax.ShapeDtypeStruct((), jnp.float32)
+    args = (params, states, {k: structs[k] for k in g.list_auxiliary_states()},
+            {k: structs[k] for k in fixed}, {k: structs[k] for k in batch}, scalar, scalar,
             jax.random.key(0))
-    return Step(step, args, (0, 1) if "donate" in ms else (), _options(ms))
+    ms = progs.measures(True)
+    return Step(prog, args, (0, 1, 2), measures_mod.compiler_options(ms),
+                {"program": "Module.fit step", "devices": 1,
+                 "backend": jax.default_backend(), "optimizer": optimizer.describe(),
+                 "measures": list(ms)}, jitted=True)
 
 
-def graph_step_measures() -> tuple:
-    """The measures ``graph_step`` takes."""
-    return tuple(m for m in MEASURES if m != "donate")
+def inference_step(plan, measures="auto") -> Step:
+    """The inference program ``Module.predict``/``score`` run for an
+    inference ``Plan``'s net, on one device (``TrainPrograms.infer``).
+    Its arguments are ``INFER_STEP_ARGS``."""
+    if plan.train:
+        raise XlaError("inference_step needs an inference plan (train=False)")
+    progs, g, structs, _, batch, fixed = _programs(plan, measures)
+    prog = progs.infer(_signature(structs, batch))
+    scalar = jax.ShapeDtypeStruct((), jnp.float32)
+    args = ({}, {k: structs[k] for k in g.list_auxiliary_states()},
+            {k: structs[k] for k in fixed}, {k: structs[k] for k in batch}, scalar,
+            jax.random.key(0))
+    ms = progs.measures(False)
+    return Step(prog, args, (), measures_mod.compiler_options(ms),
+                {"program": "Module.predict", "devices": 1,
+                 "backend": jax.default_backend(), "measures": list(ms)}, jitted=True)
 
 
-def graph_step(graph: Graph, inferred, train: bool, measures=()) -> Step:
-    """The planned graph itself, lowered: forward (and in training the
-    explicit backward, whose outputs include the gradients), no update --
-    the program whose figures ``sg.plan(..., xla=True)`` and ``symgraph
-    plan`` report. ``fn(feeds, key)``; ``measures``: any of ``MEASURES``
-    but ``donate`` (nothing is updated in place)."""
-    ms = _measures(measures)
-    if "donate" in ms:
-        raise XlaError("the measure donate applies to training_step (parameter updates), "
-                       "not to the planned graph")
-    run = _lower(graph, train, ms)
-    feeds = _structs(graph, inferred, {n.name for n in graph.variables})
-    return Step(run, (feeds, jax.random.key(0)), (), _options(ms))
+def plan_step(plan, measures="auto") -> Step:
+    """The program a Plan's XLA figures come from: ``training_step`` for a
+    training plan, ``inference_step`` otherwise."""
+    return (training_step if plan.train else inference_step)(plan, measures=measures)
 
 
 def _gradient_names(plan) -> list:
@@ -249,23 +230,6 @@ def _gradient_names(plan) -> list:
     return wrt
 
 
-def inference_step(plan, measures=()) -> Step:
-    """symgraph's lowered inference program for an inference ``Plan``."""
-    if plan.train:
-        raise XlaError("inference_step needs an inference plan (train=False)")
-    ms = _measures(measures) & {"scheduler", "channels_last"}
-    g, inf = plan.graph, plan.inferred
-    params, aux, batch = _split(g, [n for n in g.list_arguments() if not _is_batch(n)])
-    run = _lower(g, False, ms)
-
-    def step(p, a, b, key):
-        return run({**p, **a, **b}, key)[0]
-
-    args = (_structs(g, inf, params), _structs(g, inf, aux), _structs(g, inf, batch),
-            jax.random.key(0))
-    return Step(step, args, (), _options(ms))
-
-
 def _is_batch(name: str) -> bool:
     return name == "data" or name.endswith("label")
 
@@ -280,7 +244,10 @@ def plain_jax_step(net, shapes: dict, lr: float = 0.01, train: bool = True,
     ``donate`` apply."""
     from .memory.pipeline import as_graph, default_wrt
     from .passes.infer import infer_shapes
-    ms = _measures(measures) & {"scheduler", "donate"}
+    ms = set(measures or ())
+    if not ms <= {"scheduler", "donate"}:
+        raise XlaError(f"plain_jax_step takes the measures scheduler and donate, not "
+                       f"{sorted(ms - {'scheduler', 'donate'})}")
     g = as_graph(net)
     inf = infer_shapes(g, dict(shapes))
     heads, losses = [], []
@@ -329,13 +296,13 @@ def plain_jax_step(net, shapes: dict, lr: float = 0.01, train: bool = True,
     if not train:
         def infer(p, a, b, key):
             return forward(p, a, b, key)[1][0]
-        return Step(infer, args, (), _options(ms))
+        return Step(infer, args, (), measures_mod.compiler_options(ms & {'scheduler'}))
 
     def step(p, a, b, key):
         (_, (preds, new_aux)), grads = jax.value_and_grad(forward, has_aux=True)(p, a, b, key)
         return preds, _sgd(p, grads, lr), {**a, **new_aux}
 
-    return Step(step, args, (0, 1) if "donate" in ms else (), _options(ms))
+    return Step(step, args, (0, 1) if "donate" in ms else (), measures_mod.compiler_options(ms & {'scheduler'}))
 
 
 def best_step(make, candidates) -> tuple:

@@ -44,7 +44,10 @@ def test_json_has_exactly_the_contract_keys(capsys, net_file):
     assert set(j["bytes"]) == {"arguments", "gradients", "aux", "internal"}
     assert set(j["bytes"]["internal"]) == {"naive", "inplace", "coshare", "both", "arena",
                                            "lower_bound"}
-    assert set(j["xla"]) == {"temp", "argument", "output", "alias"}
+    assert set(j["xla"]) == {"temp", "argument", "output", "alias", "program"}
+    # the figures are the program Module.fit runs, and the JSON says which
+    assert j["xla"]["program"]["program"] == "Module.fit step"
+    assert j["xla"]["program"]["devices"] == 1 and "momentum=0.9" in j["xla"]["program"]["optimizer"]
     assert j["net"] == "mlp" and j["train"] is True and j["verified"] is True
     assert j["shapes"] == {"data": [8, 784]}
     assert all(type(v) is int for v in j["bytes"]["internal"].values())
@@ -211,19 +214,21 @@ def test_measures_and_breakdown(capsys, net_file):
     assert main(["plan", net_file, "--shape", "data=8,784", "--train",
                  "--measures", "anchor,scheduler", "--breakdown"]) == 0
     out = capsys.readouterr().out
-    assert "xla memory_analysis with anchor+scheduler: temp" in out
+    assert "xla memory_analysis of Module.fit step, 1 device" in out
+    assert "measures anchor+scheduler" in out
     assert "XLA temp" in out and "live at its busiest step" in out
     assert main(["plan", net_file, "--shape", "data=8,784", "--json", "--breakdown",
                  "--measures", "scheduler"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["xla_measures"] == ["scheduler"]
+    assert doc["xla"]["program"]["measures"] == ["scheduler"]
+    assert doc["xla"]["program"]["program"] == "Module.predict"  # no --train
     assert doc["xla_breakdown"]["temp"] == doc["xla"]["temp"] > 0
 
 
 def test_bad_measures(capsys, net_file):
     one_line_error(capsys, net_file, "--shape", "data=8,784", "--measures", "remat",
-                   match="unknown measure(s) remat")
+                   match="unknown memory measure(s) 'remat'")
     one_line_error(capsys, net_file, "--shape", "data=8,784", "--measures", "donate",
-                   match="unknown measure(s) donate")
+                   match="unknown memory measure(s) 'donate'")
     one_line_error(capsys, net_file, "--shape", "data=8,784", "--breakdown", "--no-xla",
                    match="drop --no-xla")

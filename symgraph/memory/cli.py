@@ -6,8 +6,11 @@
 The report gives the buckets (arguments, gradients, aux, internal), the
 internal bytes under every strategy (naive, inplace, coshare, both, arena,
 lower_bound) with the savings relative to naive, the peak step and the
-tensors live there, and XLA's own figures for the lowered program
-(``--no-xla`` skips compiling it). ``--json`` prints one JSON object;
+tensors live there, and XLA's own figures for the program a Module runs
+for the net -- the step ``fit`` compiles, or ``predict``'s program --
+lowered with the memory measures ``--measures`` names (default ``auto``,
+the rule a Module uses; ``none`` for the plain lowering; ``--no-xla``
+skips compiling it). ``--json`` prints one JSON object;
 ``--plot OUT.png`` (or .svg, .pdf) also draws the memory per step of the
 schedule under every strategy (``symgraph.viz.plot_timeline``).
 """
@@ -18,7 +21,7 @@ import json
 import os
 
 from ..cli import UsageError, check_output_folder, load_net, parse_shapes
-from ..xla import graph_step_measures
+from .. import measures as measures_mod
 from .planner import PLACED
 
 
@@ -34,10 +37,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-xla", action="store_true",
                         help="do not compile the lowered program for XLA's figures")
-    parser.add_argument("--measures", default="", metavar="LIST",
-                        help="XLA's figures for the program lowered with these memory "
-                             "measures, comma-separated: "
-                             + ", ".join(graph_step_measures())
+    parser.add_argument("--measures", default="auto", metavar="LIST",
+                        help="the memory measures of the program XLA's figures are for: "
+                             "auto (default: the rule a Module uses), none, or names "
+                             "separated by commas: " + ", ".join(measures_mod.MEASURES)
                              + " (docs/memory.md, 'Plan vs XLA')")
     parser.add_argument("--breakdown", action="store_true",
                         help="also show what XLA's temp holds at its busiest step: the "
@@ -109,8 +112,7 @@ def run(args) -> int:
     breakdown = None
     if args.breakdown:
         from .. import xla
-        breakdown = xla.memory_breakdown(
-            xla.graph_step(p.graph, p.inferred, p.train, measures), graph=p)
+        breakdown = xla.memory_breakdown(xla.plan_step(p, measures), graph=p)
     if args.json:
         doc = p.to_json()
         if breakdown is not None:
@@ -128,14 +130,12 @@ def run(args) -> int:
 BREAKDOWN_ROWS = 15
 
 
-def _measures(args) -> tuple:
-    """``--measures`` as a tuple of names, checked before any planning."""
-    names = tuple(m.strip() for m in args.measures.split(",") if m.strip())
-    if (names or args.breakdown) and args.no_xla:
+def _measures(args):
+    """``--measures`` checked before any planning: 'auto', or a tuple."""
+    if args.no_xla and (args.measures != "auto" or args.breakdown):
         raise UsageError("plan: --measures and --breakdown need XLA's figures; drop --no-xla")
-    from ..xla import graph_step_measures
-    bad = sorted(set(names) - set(graph_step_measures()))
-    if bad:
-        raise UsageError(f"plan: unknown measure(s) {', '.join(bad)}; choose from "
-                         f"{', '.join(graph_step_measures())}")
-    return names
+    try:
+        ms = measures_mod.parse(args.measures)
+    except measures_mod.MeasureError as err:
+        raise UsageError(f"plan: --measures: {err}") from None
+    return "auto" if ms is None else ms

@@ -218,7 +218,7 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
          label_names=None, fuse: bool = True, schedule="dfs",
          match_range: int = DEFAULT_MATCH_RANGE, parallel_safe: bool = True,
          verify: bool = True, execute: bool = False, xla: bool = False,
-         xla_measures=(), name: str | None = None) -> Plan:
+         xla_measures="auto", name: str | None = None) -> Plan:
     """Plans the memory of ``net`` (a Symbol or Graph) for input ``shapes``.
 
     train: plan the training graph (forward + the gradients of ``wrt``,
@@ -237,8 +237,11 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
     verify: run the static overlap check on every strategy (on by default;
         a plan is only reported verified). execute: also run the arena
         interpreter for every strategy (needs real arrays: small shapes).
-    xla: compile the lowered program and record XLA's memory_analysis()
-        (``xla_measures``: with these ``symgraph.xla`` memory measures).
+    xla: compile the program a Module runs for this net (training: the
+        step ``fit`` runs on one device, SGD with momentum; inference: the
+        program ``predict`` runs) and record XLA's memory_analysis() and
+        which program it was (``xla_measures``: the memory measures, 'auto'
+        for the rule a Module uses, 'none', or names).
     """
     if strategy not in PLACED:
         if strategy == "lower_bound":
@@ -261,9 +264,7 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
         for s in PLACED:
             result.check_arena(s)
     if xla:
-        result.xla = xla_memory(result.graph, result.inferred, train, xla_measures)
-        if xla_measures:
-            result.options["xla_measures"] = list(xla_measures)
+        result.xla = xla_memory(result, xla_measures)
     return result
 
 
@@ -334,15 +335,16 @@ def _check_order(a: dict, lb: int) -> None:
             raise PlanError(f"planner bug: {n1} ({v1} bytes) above {n2} ({v2} bytes)")
 
 
-def xla_memory(graph: Graph, inf: Inferred, train: bool, measures=()) -> dict | None:
-    """XLA's ``memory_analysis()`` of the lowered program for ``graph``
-    (``symgraph.xla.graph_step``): temp, argument, output and alias bytes;
-    None when the backend gives nothing (temp, argument and output all 0 or
-    unknown), a field it does not know is None. ``measures``: memory
-    measures of ``symgraph.xla`` (off by default; docs/memory.md, "Plan vs
-    XLA")."""
+def xla_memory(plan: Plan, measures="auto") -> dict | None:
+    """XLA's ``memory_analysis()`` of the program a Module runs for the
+    plan's net (``symgraph.xla.plan_step``): temp, argument, output and
+    alias bytes, and ``program`` (what was compiled: devices, optimizer,
+    measures); None when the backend gives nothing (temp, argument and
+    output all 0 or unknown), a field it does not know is None."""
     from .. import xla
-    m = xla.memory(xla.graph_step(graph, inf, train, measures))
+    step = xla.plan_step(plan, measures)
+    m = xla.memory(step)
     if m is None or not any(m[k] for k in ("temp", "argument", "output")):
         return None
-    return {k: m[k] for k in ("temp", "argument", "output", "alias")}
+    return {**{k: m[k] for k in ("temp", "argument", "output", "alias")},
+            "program": step.info}

@@ -6,13 +6,16 @@ The JSON form is exactly::
      "bytes": {"arguments": int, "gradients": int, "aux": int,
                "internal": {"naive": int, "inplace": int, "coshare": int,
                             "both": int, "arena": int, "lower_bound": int}},
-     "xla": {"temp": int, "argument": int, "output": int, "alias": int} or null,
+     "xla": {"temp": int, "argument": int, "output": int, "alias": int,
+             "program": {"program": str, "devices": int, "backend": str,
+                         "optimizer": str (training), "measures": [names]}} or null,
      "verified": true}
 
 ``shapes`` are the input shapes the plan was made for (as given), ``xla``
-the compiled program's ``memory_analysis()`` (null when not computed). A
-plan whose XLA figures were taken with memory measures (``symgraph plan
---measures``) adds ``"xla_measures": [names]``.
+the ``memory_analysis()`` of the program a Module runs for the net (null
+when not computed): in training the step ``Module.fit`` compiles on one
+device (``program`` says which optimizer and memory measures), in
+inference the program ``predict`` runs.
 """
 from __future__ import annotations
 
@@ -36,11 +39,9 @@ def report_json(plan) -> dict:
             "aux": int(plan.buckets["aux"]),
             "internal": {k: int(v) for k, v in plan.internal.items()},
         },
-        "xla": None if plan.xla is None else {k: plan.xla[k] for k in
-                                              ("temp", "argument", "output", "alias")},
+        "xla": None if plan.xla is None else dict(plan.xla),
         "verified": True,
-    } | ({"xla_measures": list(plan.options["xla_measures"])}
-         if plan.options.get("xla_measures") else {})
+    }
 
 
 def _mib(b) -> str:
@@ -104,10 +105,13 @@ def report_text(plan) -> str:
         lines.append("xla: not computed")
     else:
         x = plan.xla
-        measures = plan.options.get("xla_measures")
+        prog = x["program"]
         ratio = (f" (temp {x['temp'] / plan.internal['arena']:.2f}x the arena)"
                  if x["temp"] and plan.internal["arena"] else "")
-        lines.append(f"xla memory_analysis{' with ' + '+'.join(measures) if measures else ''}: "
-                     + ", ".join(f"{k} {_mib(x[k])} MiB"
-                                 for k in ("temp", "argument", "output", "alias")) + ratio)
+        what = ", ".join([prog["program"], f"{prog['devices']} device ({prog['backend']})"] +
+                         ([prog["optimizer"]] if prog.get("optimizer") else []) +
+                         ["measures " + ("+".join(prog["measures"]) or "none")])
+        lines.append(f"xla memory_analysis of {what}:")
+        lines.append("  " + ", ".join(f"{k} {_mib(x[k])} MiB"
+                                      for k in ("temp", "argument", "output", "alias")) + ratio)
     return "\n".join(lines)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import GraphError
-from ..graph import Entry, Graph, Node
+from ..graph import Entry, Graph, Node, entry_key
 from ..ops.registry import get_op
 
 
@@ -148,3 +148,41 @@ def build_gradient_with_heads(graph: Graph, wrt: Sequence[str]
             gr = g.op("zeros_like", [Entry(var, 0)], suffix="zero_grad")[0]
         outs.append(gr)
     return Graph(outs), heads
+
+
+class TrainingSplit:
+    """A graph split for training, the one way every program is built.
+
+    ``full``: the forward outputs followed by the gradients of ``wrt``;
+    ``heads``: ``(head-gradient variable, output index)`` for outputs that
+    are not losses, from the gradient pass (never from names: ``Group([y,
+    y])`` gives y two heads); ``saved``: the forward tensors the backward
+    reads, as ``(entry key, Entry)``; ``forward``: a graph of the outputs
+    followed by the saved tensors; ``backward``: a graph of the gradients
+    that starts from the saved tensors (fed by entry key), the variables
+    and the head gradients. The fused step lowers ``full``; the split path
+    lowers ``forward`` then ``backward``: the same nodes either way.
+    """
+
+    def __init__(self, graph: Graph, wrt: Sequence[str]):
+        self.graph = graph
+        self.wrt = list(wrt)
+        self.num_outputs = len(graph.outputs)
+        self.full, heads = build_gradient_with_heads(graph, self.wrt)
+        fwd_ids = {id(n) for n in graph.nodes}
+        saved: dict[str, Entry] = {}
+        for n in self.full.nodes:
+            if id(n) in fwd_ids or n.op is None:
+                continue
+            for e in n.inputs:
+                if id(e.node) in fwd_ids and e.node.op is not None:
+                    saved.setdefault(entry_key(e), e)
+        self.saved = list(saved.items())
+        self.forward = Graph(list(graph.outputs) + list(saved.values()))
+        self.backward = Graph(self.full.outputs[self.num_outputs:])
+        fed = {n.name for n in self.backward.variables}
+        self.heads = [(name, i) for name, i in heads if name in fed]
+
+    @property
+    def saved_keys(self) -> list[str]:
+        return [k for k, _ in self.saved]

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import measures as measures_mod
 from ..context import Context
 from ..errors import BindError
 from ..ndarray import NDArray, require_storable
@@ -92,13 +93,17 @@ class Module:
     number (static), or 'dynamic' / ``DynamicLossScale(...)`` (the scale
     lives in the optimizer state; see ``loss_scale`` the property).
     ``seed``: the random key of ops such as Dropout (per update count, so a
-    resumed run draws the same numbers).
+    resumed run draws the same numbers). ``memory_measures``: how every
+    program is lowered so that XLA keeps the memory plan -- 'auto' (the
+    rule of ``symgraph.measures.default_measures``), 'none', or measure
+    names (``symgraph.measures.MEASURES``).
     """
 
     def __init__(self, symbol, data_names=("data",), label_names=("softmax_label",),
                  logger=logging, context=None, work_load_list=None, fixed_param_names=None,
                  state_names=None, group2ctxs=None, compression_params=None,
-                 compute_dtype: str = "float32", loss_scale=1.0, seed: int = 0):
+                 compute_dtype: str = "float32", loss_scale=1.0, seed: int = 0,
+                 memory_measures="auto"):
         self.symbol = symbol
         self.logger = logger
         args = symbol.list_arguments()
@@ -144,6 +149,8 @@ class Module:
         loss_scaling(loss_scale)  # a bad value fails here, not at bind
         self._loss_scale = loss_scale
         self._key = jax.random.key(int(seed))
+        measures_mod.parse(memory_measures)  # a bad name fails here, not at bind
+        self._memory_measures = memory_measures
         self.binded = False
         self.for_training = False
         self.inputs_need_grad = False
@@ -286,7 +293,8 @@ class Module:
         fixed = [n for n in self._param_names if n not in trainable]
         self._programs = TrainPrograms(self.symbol, self._data_names, self._label_names,
                                        trainable, fixed, self._aux_names, self._devices,
-                                       self._compute_dtype, self._loss_scale)
+                                       self._compute_dtype, self._loss_scale,
+                                       self._memory_measures)
         was_bound = self.binded
         self.binded = True
         if self.params_initialized and was_bound:
@@ -892,10 +900,13 @@ class Module:
                     data_names=self._data_names, label_names=self._label_names, **kwargs)
 
     def compiled_memory(self) -> dict:
-        """XLA's own figures (bytes) for the compiled training step at the
-        bound shapes: temp, argument, output and alias sizes."""
+        """XLA's own figures (bytes) for the training step ``fit`` runs at
+        the bound shapes (on every device, with this Module's optimizer and
+        memory measures): temp, argument, output and alias sizes, and
+        ``program``, which says what was compiled."""
         if not self.optimizer_initialized:
             raise TrainError("compiled_memory: call init_optimizer() first")
+        from .. import xla
         shapes = {d.name: jax.ShapeDtypeStruct(d.shape, d.dtype or "float32",
                                                sharding=self._devices.batch_sharded())
                   for d in self._data_shapes + self._label_shapes}
@@ -903,10 +914,21 @@ class Module:
         prog = self._programs.fused(sig, self._optimizer)
         lowered = prog.lower(self._params, self._opt_states, self._aux, self._fixed, shapes,
                              self._scalar(0.1), self._scalar(1), self._key)
-        ma = lowered.compile().memory_analysis()
-        names = ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes",
-                 "alias_size_in_bytes")
-        return {n.replace("_size_in_bytes", ""): int(getattr(ma, n, -1)) for n in names}
+        out = xla.analysis_dict(lowered.compile())
+        out.pop("generated_code", None)
+        out["program"] = self.program_info()
+        return out
+
+    def program_info(self) -> dict:
+        """What the training step ``fit`` compiles: devices, optimizer,
+        compute dtype and memory measures."""
+        self._check_bound("program_info")
+        opt = self._optimizer
+        return {"program": "Module.fit step", "devices": self._devices.n,
+                "backend": jax.default_backend(),
+                "optimizer": None if opt is None else opt.describe(),
+                "compute_dtype": self._compute_dtype,
+                "measures": list(self._programs.measures(self.for_training))}
 
 
 def save_params(fname: str, arg_params: dict, aux_params: dict | None = None) -> None:

@@ -197,6 +197,14 @@ class Optimizer:
         return new_state
 
     # -- identity ------------------------------------------------------------------------
+    def describe(self) -> str:
+        """``sgd(momentum=0.9)``: the optimizer's registered name and the
+        hyperparameters that differ from its defaults, for reports."""
+        fresh = type(self)()
+        mine, base = self.hyperparams(), fresh.hyperparams()
+        keep = {k: v for k, v in mine.items() if k != "rescale_grad" and base.get(k) != v}
+        return f"{type(self).__name__.lower()}(" + ", ".join(f"{k}={v!r}" for k, v in sorted(keep.items())) + ")"
+
     def hyperparams(self) -> dict:
         """The constants baked into ``step`` (a compiled step is reused only
         while these stay the same)."""

@@ -36,16 +36,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import measures as measures_mod
 from ..graph import Entry, Graph, Node
-from ..lower import entry_key, lower
 from ..ops.loss import softmax_output_over_devices
 from ..ops.registry import OpDef
 from ..parallel.data_parallel import BATCH_AXIS, P, DeviceSet
-from ..passes.gradient import HEAD_GRAD_SUFFIX, build_gradient
+from ..passes.gradient import TrainingSplit
 from ..passes.infer import infer_shapes
 from . import TrainError
 
 LOW_PRECISION = ("bfloat16", "float16")
+# the optimizer's part of a step is named so in XLA's metadata (xla reads it)
+UPDATE_SCOPE = "optimizer_update"
 # the optimizer-state entry of the dynamic loss scale: (scale, finite steps
 # since the last change), float32 and int32 arrays of shape (1,) so that
 # save_optimizer_states writes them like any state (MXNet's format has no 0-d)
@@ -180,7 +182,8 @@ class TrainPrograms:
     """
 
     def __init__(self, symbol, data_names, label_names, trainable, fixed, aux,
-                 devices: DeviceSet, compute_dtype: str = "float32", loss_scale: float = 1.0):
+                 devices: DeviceSet, compute_dtype: str = "float32", loss_scale: float = 1.0,
+                 memory_measures="auto"):
         self.symbol = symbol
         self.graph: Graph = symbol.graph()
         self.data_names = list(data_names)
@@ -198,6 +201,7 @@ class TrainPrograms:
         self.loss_scale, self.dynamic = loss_scaling(loss_scale)
         self._scale_var = Node(None, LOSS_SCALE_VAR) if self.dynamic else None
         self.n_out = len(self.graph.outputs)
+        self._measures_spec = measures_mod.parse(memory_measures)
         self._cache: dict = {}
         self._reduce = devices.sum_over_devices
 
@@ -229,12 +233,21 @@ class TrainPrograms:
             return op
         return scale_loss_heads(self.graph, scale_of, loss_op)
 
-    def _gradient(self, wrt):
+    def _gradient(self, wrt) -> TrainingSplit:
         key = ("grad", tuple(wrt))
         if key not in self._cache:
-            g = self._train_graph()
-            self._cache[key] = (g, build_gradient(g, list(wrt)))
+            self._cache[key] = TrainingSplit(self._train_graph(), list(wrt))
         return self._cache[key]
+
+    def measures(self, train: bool) -> tuple:
+        """The memory measures the training (or inference) programs use."""
+        return measures_mod.resolve(self._measures_spec, self.graph, train)
+
+    def _lower(self, graph: Graph, train: bool):
+        return measures_mod.lower_measured(graph, train, self.measures(train))
+
+    def _jit(self, fn, train: bool, **kwargs):
+        return measures_mod.jit(fn, self.measures(train), **kwargs)
 
     # -- shapes -----------------------------------------------------------------------
     def local_shapes(self, sig) -> dict:
@@ -276,32 +289,25 @@ class TrainPrograms:
             feeds[k] = self._cast(v) if k not in self.label_names else v
         return feeds
 
-    def _head_feeds(self, grad_graph: Graph, sig, given=None, loss_scale=None) -> dict:
-        """Head gradients of the non-loss outputs: ``given`` (per device) or
-        ones, times the loss scale (``loss_scale``, traced, when dynamic); a
-        non-batch output's is divided by the device count. With dynamic
-        scaling the scale variable is fed too."""
-        names = self.symbol.list_outputs()
+    def _head_feeds(self, split: TrainingSplit, sig, given=None, loss_scale=None) -> dict:
+        """Head gradients of the non-loss outputs: ``given`` (per device, by
+        output index) or ones, times the loss scale (``loss_scale``, traced,
+        when dynamic); a non-batch output's is divided by the device count.
+        With dynamic scaling the scale variable is fed too."""
         info = self._outputs_info(sig)
         feeds = {}
         if loss_scale is None:
             loss_scale = self.loss_scale
         else:  # dynamic: the loss heads' scaled gradients read it too
             feeds[LOSS_SCALE_VAR] = loss_scale
-        for v in grad_graph.variables:
-            if not v.name.endswith(HEAD_GRAD_SUFFIX):
-                continue
-            out_name = v.name[: -len(HEAD_GRAD_SUFFIX)]
-            if out_name not in names:
-                continue
-            i = names.index(out_name)
+        dtype = self.compute_dtype or "float32"
+        for var, i in split.heads:
             shape, batched = info[i]
             scale = loss_scale / (1 if batched else self.devices.n)
-            dtype = self.compute_dtype or "float32"
             if given is not None and given.get(i) is not None:
-                feeds[v.name] = (given[i] * scale).astype(self._cast(given[i]).dtype)
+                feeds[var] = (given[i] * scale).astype(self._cast(given[i]).dtype)
             else:
-                feeds[v.name] = jnp.full(shape, scale, jnp.float32).astype(dtype)
+                feeds[var] = jnp.full(shape, scale, jnp.float32).astype(dtype)
         return feeds
 
     def _key(self, key, t):
@@ -351,11 +357,12 @@ class TrainPrograms:
     def apply_optimizer(optimizer, params, grads, states, lr, t, mults):
         """New (params, states) from one optimizer step of every parameter."""
         new_p, new_s = {}, {}
-        for name, w in params.items():
-            lr_mult, wd_mult = mults[name]
-            new_p[name], new_s[name] = optimizer.step(
-                w, grads[name].astype(w.dtype), tuple(states[name]), lr * lr_mult,
-                optimizer.wd * wd_mult, t)
+        with jax.named_scope(UPDATE_SCOPE):
+            for name, w in params.items():
+                lr_mult, wd_mult = mults[name]
+                new_p[name], new_s[name] = optimizer.step(
+                    w, grads[name].astype(w.dtype), tuple(states[name]), lr * lr_mult,
+                    optimizer.wd * wd_mult, t)
         return new_p, new_s
 
     @staticmethod
@@ -373,8 +380,8 @@ class TrainPrograms:
         key = ("fused", sig, okey)
         if key in self._cache:
             return self._cache[key]
-        _, gg = self._gradient(self.trainable)
-        fn = lower(gg, is_train=True)
+        split = self._gradient(self.trainable)
+        fn = self._lower(split.full, True)
         n_out, names = self.n_out, self.trainable
         mults = {m[0]: m[1:] for m in okey[3]}
 
@@ -382,7 +389,7 @@ class TrainPrograms:
             opt_states, scale_state = self._split_scale_state(states)
             scale = scale_state[0][0] if scale_state is not None else None
             feeds = self._feeds(params, fixed, aux, batch)
-            feeds.update(self._head_feeds(gg, sig, loss_scale=scale))
+            feeds.update(self._head_feeds(split, sig, loss_scale=scale))
             outs, aux_upd = fn(feeds, self._key(rkey, t))
             grads = self._combine_grads(dict(zip(names, outs[n_out:])), scale)
             new_p, new_s = self.apply_optimizer(optimizer, params, grads, opt_states, lr, t,
@@ -398,27 +405,9 @@ class TrainPrograms:
         spmd = self.devices.spmd(
             local, in_specs=(P(), P(), P(), P(), P(BATCH_AXIS), P(), P(), P()),
             out_specs=(P(), P(), P(), self.out_specs(sig)))
-        prog = jax.jit(spmd, donate_argnums=(0, 1, 2))
+        prog = self._jit(spmd, True, donate_argnums=(0, 1, 2))
         self._cache[key] = prog
         return prog
-
-    def _split(self, wrt):
-        key = ("split", tuple(wrt))
-        if key in self._cache:
-            return self._cache[key]
-        g, gg = self._gradient(wrt)
-        fwd_ids = {id(n) for n in g.nodes}
-        saved: dict[str, Entry] = {}
-        for n in gg.nodes:
-            if id(n) in fwd_ids or n.op is None:
-                continue
-            for e in n.inputs:
-                if id(e.node) in fwd_ids and e.node.op is not None:
-                    saved.setdefault(entry_key(e), e)
-        fwd = Graph(list(g.outputs) + list(saved.values()))
-        bwd = Graph(gg.outputs[self.n_out:])
-        self._cache[key] = (fwd, bwd, list(saved), gg)
-        return self._cache[key]
 
     def forward_train(self, sig, wrt):
         """``f(params, aux, fixed, batch, t, key) -> (outputs, saved, aux)``;
@@ -426,8 +415,9 @@ class TrainPrograms:
         key = ("fwd", sig, tuple(wrt))
         if key in self._cache:
             return self._cache[key]
-        fwd, _, saved_keys, _ = self._split(wrt)
-        fn = lower(fwd, is_train=True)
+        split = self._gradient(wrt)
+        saved_keys = split.saved_keys
+        fn = self._lower(split.forward, True)
         n_out = self.n_out
 
         def local(params, aux, fixed, batch, t, rkey):
@@ -439,7 +429,7 @@ class TrainPrograms:
         spmd = self.devices.spmd(
             local, in_specs=(P(), P(), P(), P(BATCH_AXIS), P(), P()),
             out_specs=(self.out_specs(sig), [P(BATCH_AXIS)] * len(saved_keys), P()))
-        prog = jax.jit(spmd)
+        prog = self._jit(spmd, True)
         self._cache[key] = prog
         return prog
 
@@ -450,15 +440,16 @@ class TrainPrograms:
         key = ("bwd", sig, tuple(wrt))
         if key in self._cache:
             return self._cache[key]
-        _, bwd, saved_keys, gg = self._split(wrt)
-        fn = lower(bwd, is_train=True)
+        split = self._gradient(wrt)
+        saved_keys = split.saved_keys
+        fn = self._lower(split.backward, True)
         inputs = set(self.data_names) | set(self.label_names)
 
         def local(params, aux, fixed, batch, saved, heads, t, rkey, scale):
             scale = scale[0] if scale is not None else None  # shape (1,) as stored
             feeds = self._feeds(params, fixed, aux, batch)
             feeds.update(zip(saved_keys, [s[0] for s in saved]))
-            feeds.update(self._head_feeds(gg, sig, {i: h for i, h in enumerate(heads)},
+            feeds.update(self._head_feeds(split, sig, {i: h for i, h in enumerate(heads)},
                                           loss_scale=scale))
             outs, _ = fn(feeds, self._key(rkey, t))
             grads = dict(zip(wrt, outs))
@@ -472,7 +463,7 @@ class TrainPrograms:
             local, in_specs=(P(), P(), P(), P(BATCH_AXIS), [P(BATCH_AXIS)] * len(saved_keys),
                              head_specs, P(), P(), P()),
             out_specs=(P(), P(BATCH_AXIS)))
-        prog = jax.jit(spmd)
+        prog = self._jit(spmd, True)
         self._cache[key] = prog
         return prog
 
@@ -505,7 +496,7 @@ class TrainPrograms:
         key = ("infer", sig)
         if key in self._cache:
             return self._cache[key]
-        fn = lower(self.graph, is_train=False)
+        fn = self._lower(self.graph, False)
 
         def local(params, aux, fixed, batch, t, rkey):
             outs, _ = fn(self._feeds(params, fixed, aux, batch), self._key(rkey, t))
@@ -513,7 +504,7 @@ class TrainPrograms:
 
         spmd = self.devices.spmd(local, in_specs=(P(), P(), P(), P(BATCH_AXIS), P(), P()),
                                  out_specs=self.out_specs(sig))
-        prog = jax.jit(spmd)
+        prog = self._jit(spmd, False)
         self._cache[key] = prog
         return prog
 

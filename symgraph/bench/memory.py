@@ -250,7 +250,7 @@ def measure(name: str, batch: int, mode: str, xla: bool = True, mxnet=None,
     row["xla"], row["xla_compile_seconds"] = None, None
     if xla:
         t0 = time.perf_counter()
-        row["xla"] = xla_memory(p.graph, p.inferred, p.train)
+        row["xla"] = xla_memory(p)  # the program Module.fit (or predict) runs
         row["xla_compile_seconds"] = time.perf_counter() - t0
     row["xla_temp_over_arena"] = (row["xla"]["temp"] / internal["arena"]
                                   if row["xla"] and row["xla"]["temp"] is not None

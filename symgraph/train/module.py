@@ -888,13 +888,20 @@ class Module:
     def plan_memory(self, **kwargs):
         """The memory planner's ``Plan`` of what each device runs: the
         training graph (or the inference graph, for a module not bound for
-        training) at the per-device batch. ``kwargs`` go to ``sg.plan``."""
+        training) at the per-device batch, in the compute dtype (2-byte
+        activations with ``compute_dtype='bfloat16'``/``'float16'``). ``kwargs`` go to ``sg.plan``."""
         self._check_bound("plan_memory")
         from ..memory import plan
         n = self._devices.n
         shapes = {d.name: (d.shape[0] // n,) + tuple(d.shape[1:]) if self.for_training
                   else tuple(d.shape) for d in self._data_shapes + self._label_shapes}
         dtypes = {d.name: d.dtype for d in self._data_shapes + self._label_shapes if d.dtype}
+        low = self._programs.compute_dtype
+        if low is not None:  # the program casts float weights, aux and data down inside
+            for name, (_, dtype) in self._param_info.items():
+                if name not in self._label_names and np.issubdtype(np.dtype(dtype),
+                                                                   np.floating):
+                    dtypes[name] = low
         return plan(self.symbol, shapes, train=self.for_training and bool(self._trainable),
                     dtypes=dtypes, wrt=self._trainable or None,
                     data_names=self._data_names, label_names=self._label_names, **kwargs)

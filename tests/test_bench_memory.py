@@ -57,8 +57,11 @@ def test_xla_figures_and_training_costs_more(quick_run):
     _, res = quick_run
     rows = {(r["net"], r["mode"]): r for r in res["rows"]}
     for r in res["rows"]:
-        assert set(r["xla"]) == {"temp", "argument", "output", "alias"}
+        assert set(r["xla"]) == {"temp", "argument", "output", "alias", "program"}
         assert r["xla"]["argument"] > 0
+        # the figure is the program the Module runs, and says so
+        assert r["xla"]["program"]["program"] == ("Module.fit step" if r["mode"] == "train"
+                                                  else "Module.predict")
     for net in ("mlp", "resnet-cifar-20"):
         assert (rows[net, "train"]["bytes"]["internal"]["lower_bound"]
                 > rows[net, "infer"]["bytes"]["internal"]["lower_bound"])

@@ -453,6 +453,7 @@ def test_docs_plan_vs_xla_table_matches_the_committed_run():
         rows = json.load(f)["rows"]
     with open(os.path.join(root, "docs", "memory.md")) as f:
         doc = f.read()
+    doc = doc[doc.index("### Before and after"):]
     mib = lambda b: f"{b / 2 ** 20:,.0f}"
     assert rows
     for r in rows:
@@ -464,6 +465,33 @@ def test_docs_plan_vs_xla_table_matches_the_committed_run():
                              r["best"], mib(q["none"]["temp"]), mib(q["scheduler"]["temp"])]
         assert cells[6:9] == [f"{r['ratios'][k]:.2f}" for k in
                               ("before_over_arena", "best_over_arena", "best_over_plain")]
+
+
+def test_docs_module_step_table_matches_the_committed_run():
+    """docs/memory.md's table of the program fit runs is the committed
+    benchmarks/module_step run's, and that run meets the training target."""
+    import json
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "benchmarks", "results", "module_step", "results.json")) as f:
+        rows = json.load(f)["rows"]
+    with open(os.path.join(root, "docs", "memory.md")) as f:
+        doc = f.read()
+    doc = doc[doc.index("### The program fit runs"):doc.index("### The tools")]
+    mib = lambda b: f"{b / 2 ** 20:,.0f}"
+    assert len(rows) == 4
+    for row in rows:
+        for mode in ("train", "infer"):
+            r = row[mode]
+            line = re.search(rf"^\| {re.escape(row['net'])} \| {mode} \|(.*)$", doc, re.M)
+            assert line, f"no row for {row['net']} {mode}"
+            cells = [c.strip() for c in line.group(1).split("|")]
+            assert cells[:3] == [mib(r["arena"]), mib(r["none"]["temp"]),
+                                 mib(r["auto"]["temp"])]
+            assert cells[3] == "+".join(r["auto"]["program"]["measures"])
+            assert r["auto"]["program"]["program"] == ("Module.fit step" if mode == "train"
+                                                       else "Module.predict")
+        assert row["train"]["auto_over_arena"] <= TRAIN_TARGET["vgg_like"]
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux /proc only")

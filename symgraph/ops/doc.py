@@ -38,8 +38,10 @@ def _attr_line(name, spec) -> str:
 def render() -> str:
     lines = ["# Op reference", "",
              "Generated from the op registry by `python -m symgraph.ops.doc`; do not edit.",
-             "Every op listed has shape inference, a gradient checked against `jax.vjp`,",
-             "and a lowering checked against a NumPy reference (tests/test_ops.py).",
+             "Every op listed has shape inference, a lowering checked against a NumPy",
+             "reference, and a gradient checked against NumPy gradients written from the",
+             "math (layers) or `jax.vjp` of the forward (ops with hand-written backward",
+             "rules) (tests/test_ops.py, tests/test_grad_reference.py).",
              "Names, attribute names and defaults follow MXNet 1.x.", ""]
     ops = [op for op in all_opdefs() if not op.name.startswith("_backward")]
     by_family: dict[str, list] = {}

@@ -101,7 +101,7 @@ def speed_row(name: str, batch: int, rounds: int, steps: int) -> dict:
         def run(f=f, state=state):
             p, m, s, x, y, k = state["args"]
             out = f(p, m, s, x, y, k)
-            state["args"] = (out[0], out[1], out[2], x, y, k)
+            state["args"] = (out[1], out[2], out[3], x, y, k)  # (loss, params, mom, state)
             return out
         runs[f"hand-written {layout}"] = run
     for r in runs.values():

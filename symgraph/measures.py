@@ -42,13 +42,20 @@ SCHEDULER_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMI
 SINGLE_OP_FUSIONS = {"xla_cpu_experimental_ynn_fusion_type":
                      "LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
 
-# The rule's choices on the CPU for graphs with 2-D convolutions. Measured
+# The rule's choices on the CPU for graphs with 2-D convolutions, measured
 # on VGG-16, Inception-BN, ResNet-50 and GoogLeNet at batch 64
-# (benchmarks/results/plan_vs_xla): channels_last+anchor is the one set that
-# keeps every one of them within 1.15x of the arena plan in training;
-# channels_last+scheduler within 1.11x in inference.
+# (benchmarks/results/module_step): channels_last+anchor keeps plain and
+# Inception-style conv nets within 1.15x of the arena plan in training and
+# runs them faster than the plain lowering (VGG-16 1.08x, Inception-BN
+# 1.08x); channels_last+scheduler in inference. Residual nets are the
+# exception: channels-last ran ResNet-50's step at 0.86x, while XLA's
+# memory-optimized scheduler alone runs at full speed and brings its temp
+# to half the plan.
 CPU_TRAIN = ("channels_last", "anchor")
 CPU_INFER = ("channels_last", "scheduler")
+CPU_RESIDUAL = ("scheduler",)
+# ops that add two activations: a residual net's shortcut
+RESIDUAL_ADDS = ("elemwise_add", "_Plus", "_plus", "ElementWiseSum", "add_n", "broadcast_add")
 
 # the sets best_step tries (benchmarks, tests): each won on some net
 TRAIN_CANDIDATES = ((), ("scheduler",), ("anchor",), ("anchor_weights",),
@@ -69,17 +76,26 @@ def _has_conv2d(graph: Graph) -> bool:
                len(n.params.kernel) == 2 for n in graph.nodes)
 
 
+def _has_residual_adds(graph: Graph) -> bool:
+    return any(n.op is not None and n.op.name in RESIDUAL_ADDS for n in graph.nodes)
+
+
 def default_measures(graph: Graph, train: bool, backend: str | None = None) -> tuple:
-    """The measure set symgraph lowers ``graph`` with when none is named.
+    """The measure set symgraph lowers ``graph`` (a forward graph) with when
+    none is named.
 
     On the CPU, graphs with 2-D convolutions get ``CPU_TRAIN`` /
     ``CPU_INFER`` (the layout and anchor measures are about the copies XLA's
-    CPU convolutions make); other graphs (MLPs, sequence models) need none.
+    CPU convolutions make), or ``CPU_RESIDUAL`` when activations are added
+    (residual shortcuts: channels-last slows those down); other graphs
+    (MLPs, sequence models) need none.
     On a GPU none: XLA's GPU backend chooses convolution layouts itself and
     has no scheduler option of the CPU's kind (docs/memory.md, "On a GPU")."""
     backend = backend or jax.default_backend()
     if backend != "cpu" or not _has_conv2d(graph):
         return ()
+    if _has_residual_adds(graph):
+        return CPU_RESIDUAL
     return CPU_TRAIN if train else CPU_INFER
 
 

@@ -85,6 +85,10 @@ def test_default_measures_rule():
     assert sg.measures.default_measures(conv, False, "cpu") == sg.measures.CPU_INFER
     assert sg.measures.default_measures(mlp, True, "cpu") == ()
     assert sg.measures.default_measures(conv, True, "gpu") == ()
+    # a residual shortcut (activations added): the scheduler only
+    y = _convnet().get_internals()["relu_output"]
+    res = Graph((y + sg.sym.Convolution(y, kernel=(1, 1), num_filter=4, name="c2")).outputs)
+    assert sg.measures.default_measures(res, True, "cpu") == sg.measures.CPU_RESIDUAL
     assert sg.measures.parse("none") == () and sg.measures.parse("auto") is None
     assert sg.measures.parse("channels_last+anchor") == ("channels_last", "anchor")
     assert sg.measures.resolve(("split_wgrad",), conv, False) == ()

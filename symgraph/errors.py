@@ -5,8 +5,21 @@ print one line and the user knows what to fix.
 """
 
 
+import re
+
+# a word longer than this in a message is user input (a 20,000-character
+# name, a huge list of keys): cut it so the message stays one short line
+LONG_WORD = 120
+_LONG = re.compile(r"\S{%d,}" % (LONG_WORD + 1))
+
+
 class SymgraphError(Exception):
     """Base class of every error symgraph raises on bad input."""
+
+    def __init__(self, *args):
+        if len(args) == 1 and isinstance(args[0], str):
+            args = (_LONG.sub(lambda m: m.group()[:LONG_WORD - 3] + "...", args[0]),)
+        super().__init__(*args)
 
 
 class GraphError(SymgraphError):

@@ -45,10 +45,6 @@ class Node:
                 raise GraphError(f"node '{name}': input {e!r} is not an Entry")
 
     @property
-    def is_variable(self) -> bool:
-        return self.op is None
-
-    @property
     def num_outputs(self) -> int:
         return 1 if self.op is None else self.op.num_outputs(self.params)
 
@@ -65,10 +61,6 @@ class Node:
         if self.op is None:
             return [self.name]
         return [f"{self.name}_{n}" for n in self.op.output_names(self.params)]
-
-    def user_attrs(self) -> dict:
-        """Hint attributes (``__x__``) the user attached, e.g. ``__shape__``."""
-        return {k: v for k, v in self.attrs.items() if k.startswith("__")}
 
     def __repr__(self) -> str:
         if self.op is None:
@@ -194,14 +186,6 @@ class Graph:
 
     def list_outputs(self) -> list[str]:
         return [e.node.output_names()[e.index] for e in self.outputs]
-
-    def consumers(self) -> list[list[int]]:
-        """For each node id, the ids of the nodes that read one of its outputs."""
-        users: list[list[int]] = [[] for _ in self.nodes]
-        for i, n in enumerate(self.nodes):
-            for e in n.inputs:
-                users[self._nid[id(e.node)]].append(i)
-        return users
 
     # -- checks and text ----------------------------------------------------
     def _validate(self) -> None:

@@ -1,4 +1,4 @@
-"""Lowering to JAX, and the Executor that runs lowered graphs.
+"""Lowering to JAX: a graph becomes a pure function of its feeds.
 
 ``Interpreter`` runs a graph node by node and frees each value after its
 last use; the JAX lowering is the subclass that evaluates each node with its
@@ -279,8 +279,3 @@ def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
         outs = interp.run(feeds)
         return outs, interp.aux_updates
     return fn
-
-
-def lower_jit(graph: Graph, is_train: bool = False, anchor: str | None = None,
-              layout: str = "NCHW", wgrad_chunks: int = 1, **jit_kwargs):
-    return jax.jit(lower(graph, is_train, anchor, layout, wgrad_chunks), **jit_kwargs)

@@ -40,6 +40,7 @@ import numpy as np
 from .. import measures as measures_mod
 from ..context import Context
 from ..errors import BindError
+from ..executor import GRAD_REQS
 from ..ndarray import NDArray, require_storable
 from ..parallel.data_parallel import DeviceSet
 from ..passes.infer import infer_shapes
@@ -53,8 +54,6 @@ from .checkpoint import (load_checkpoint, load_params_file, params_path,
 from .io import DataBatch, DataDesc, PrefetchingIter, as_descs
 from .step import LOSS_SCALE_STATE, DynamicLossScale, TrainPrograms, batch_signature, \
     loss_scaling
-
-GRAD_REQS = ("write", "add", "null")
 
 
 def states_path(prefix: str, epoch: int) -> str:
@@ -174,7 +173,6 @@ class Module:
         self._outputs: list = []
         self._saved = None
         self._last_pad = 0
-        self._last_sig = None
         self._infer_count = 0
 
     # -- names and shapes -----------------------------------------------------------
@@ -675,7 +673,6 @@ class Module:
             raise TrainError("train_step() needs init_optimizer() first")
         batch = self._place_batch(data_batch, need_labels=True)
         sig = batch_signature(batch)
-        self._last_sig = sig
         self._last_pad = getattr(data_batch, "pad", 0) or 0
         lr, t = self._optimizer.begin_update()
         prog = self._programs.fused(sig, self._optimizer)

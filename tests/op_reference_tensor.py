@@ -83,6 +83,8 @@ def mx_reshape_shape(codes, in_shape, reverse=False):
                 raise ValueError("bad -4")
             whole = queue.pop(0)
             a, b = codes[pos + 1], codes[pos + 2]
+            if a == 0 or b == 0 or min(a, b) < -1 or a == b == -1:
+                raise ValueError("-4 splits into two positive dims (one may be -1)")
             if a == -1:
                 a = whole // b
             if b == -1:

@@ -89,38 +89,43 @@ def encode(buf) -> bytes:
     return b"".join(out)
 
 
+def _part(mm, pos: int, start: int, first: bool, name: str) -> tuple[int, int, int]:
+    """``(cflag, length, next offset)`` of the record part whose header is at
+    ``pos`` (``start``: where its record began, for messages), checked: a
+    header, the magic word, a cflag that fits, the whole payload."""
+    size = len(mm)
+    if pos + 8 > size:
+        raise RecordIOError(f"{name}: truncated record at byte offset {start}: "
+                            f"{size - pos} bytes left where an 8-byte header starts at {pos}")
+    magic, lrec = _HEAD.unpack_from(mm, pos)
+    if magic != MAGIC:
+        raise RecordIOError(f"{name}: no record at byte offset {pos}: magic word is "
+                            f"{magic:#010x}, expected {MAGIC:#010x}")
+    cflag, length = lrec >> 29, lrec & (_MAX_LEN - 1)
+    if cflag not in ((0, 1) if first else (2, 3)):
+        what = "a continuation part" if first else "a new record inside a split record"
+        raise RecordIOError(f"{name}: corrupt record at byte offset {start}: found "
+                            f"{what} (cflag {cflag}) at byte offset {pos}")
+    body = pos + 8
+    if body + length > size:
+        raise RecordIOError(f"{name}: truncated record at byte offset {start}: "
+                            f"the part at {pos} holds {length} bytes, the file ends "
+                            f"{size - body} bytes after its header")
+    return cflag, length, min(body + ((length + 3) >> 2 << 2), size)
+
+
 def read_record(mm, pos: int, name: str = "<buffer>") -> tuple[bytes, int] | None:
     """The record starting at byte ``pos`` of ``mm`` (bytes, mmap) and the
     offset of the next one; ``None`` at the end. Stateless, so threads can
     share one mmap."""
-    size = len(mm)
-    if pos >= size:
+    if pos >= len(mm):
         return None
     chunks = []
-    start = pos
-    first = True
+    start, first = pos, True
     while True:
-        if pos + 8 > size:
-            raise RecordIOError(f"{name}: truncated record at byte offset {start}: "
-                                f"{size - pos} bytes left where an 8-byte header starts "
-                                f"at {pos}")
-        magic, lrec = _HEAD.unpack_from(mm, pos)
-        if magic != MAGIC:
-            raise RecordIOError(f"{name}: no record at byte offset {pos}: magic word is "
-                                f"{magic:#010x}, expected {MAGIC:#010x}")
-        cflag, length = lrec >> 29, lrec & (_MAX_LEN - 1)
-        if cflag not in ((0, 1) if first else (2, 3)):
-            what = "a continuation part" if first else "a new record inside a split record"
-            raise RecordIOError(f"{name}: corrupt record at byte offset {start}: found "
-                                f"{what} (cflag {cflag}) at byte offset {pos}")
-        body = pos + 8
-        end = body + ((length + 3) >> 2 << 2)
-        if body + length > size:
-            raise RecordIOError(f"{name}: truncated record at byte offset {start}: "
-                                f"the part at {pos} holds {length} bytes, the file ends "
-                                f"{size - body} bytes after its header")
-        chunks.append(mm[body:body + length])
-        pos = min(end, size) if cflag in (0, 3) else end
+        cflag, length, end = _part(mm, pos, start, first, name)
+        chunks.append(mm[pos + 8:pos + 8 + length])
+        pos = end
         if cflag in (0, 3):
             break
         chunks.append(_MAGIC_BYTES)
@@ -132,30 +137,12 @@ def scan_offsets(mm, name: str = "<buffer>") -> list[int]:
     """Byte offset of every record in ``mm``, walking headers only (for
     files without an ``.idx``); corrupt files raise as ``read_record``."""
     offsets = []
-    pos, size = 0, len(mm)
-    while pos < size:
+    pos = 0
+    while pos < len(mm):
         offsets.append(pos)
         first = True
         while True:
-            if pos + 8 > size:
-                raise RecordIOError(f"{name}: truncated record at byte offset "
-                                    f"{offsets[-1]}: {size - pos} bytes left where an "
-                                    f"8-byte header starts at {pos}")
-            magic, lrec = _HEAD.unpack_from(mm, pos)
-            if magic != MAGIC:
-                raise RecordIOError(f"{name}: no record at byte offset {pos}: magic word "
-                                    f"is {magic:#010x}, expected {MAGIC:#010x}")
-            cflag, length = lrec >> 29, lrec & (_MAX_LEN - 1)
-            if cflag not in ((0, 1) if first else (2, 3)):
-                raise RecordIOError(f"{name}: corrupt record at byte offset "
-                                    f"{offsets[-1]}: unexpected cflag {cflag} at byte "
-                                    f"offset {pos}")
-            if pos + 8 + length > size:
-                raise RecordIOError(f"{name}: truncated record at byte offset "
-                                    f"{offsets[-1]}: the part at {pos} holds {length} "
-                                    f"bytes, the file ends {size - pos - 8} bytes after "
-                                    f"its header")
-            pos = min(pos + 8 + ((length + 3) >> 2 << 2), size)
+            cflag, _, pos = _part(mm, pos, offsets[-1], first, name)
             if cflag in (0, 3):
                 break
             first = False

@@ -11,16 +11,11 @@ import math
 
 import numpy as np
 
+from op_reference_tensor import registrar
+
 REFERENCE_NN = {}
 LOSS_GRAD_NN = {}
-
-
-def ref(*names):
-    def deco(fn):
-        for n in names:
-            REFERENCE_NN[n] = fn
-        return fn
-    return deco
+ref = registrar(REFERENCE_NN)
 
 
 def _per_dim(v, default, n):
@@ -255,14 +250,7 @@ def embedding_weight_grad(p, data, dy):
 # use_global_stats).
 # --------------------------------------------------------------------------
 GRAD_REFERENCE_NN = {}
-
-
-def grad_ref(*names):
-    def deco(fn):
-        for n in names:
-            GRAD_REFERENCE_NN[n] = fn
-        return fn
-    return deco
+grad_ref = registrar(GRAD_REFERENCE_NN)
 
 
 def _contract(a, b):

@@ -9,12 +9,19 @@ import numpy as np
 REFERENCE_TENSOR = {}
 
 
-def ref(*names):
-    def deco(fn):
-        for n in names:
-            REFERENCE_TENSOR[n] = fn
-        return fn
-    return deco
+def registrar(table: dict):
+    """A decorator ``@reg('OpA', 'OpB')`` that files a reference under each
+    op name in ``table`` (every reference module keeps its own table)."""
+    def reg(*names):
+        def deco(fn):
+            for n in names:
+                table[n] = fn
+            return fn
+        return deco
+    return reg
+
+
+ref = registrar(REFERENCE_TENSOR)
 
 
 # --------------------------------------------------------------------------

@@ -146,10 +146,10 @@ class Executor:
         g = self._graph
         ms = self.measures(kind != "infer")
 
-        def jitted(graph):
-            return measures_mod.jit(measures_mod.lower_measured(graph, True, ms), ms)
+        def jitted(graph, train=True):
+            return measures_mod.jit(measures_mod.lower_measured(graph, train, ms), ms)
         if kind == "infer":
-            prog = (measures_mod.jit(measures_mod.lower_measured(g, False, ms), ms), None)
+            prog = (jitted(g, False), None)
         elif not self._wrt:  # training mode without any gradient: no backward
             prog = (jitted(g), None, [], [])
         else:

@@ -14,8 +14,8 @@ from symgraph.models import resnet, vgg
 
 
 def _zoo(name):
-    if name == "resnet-50":  # the hand-written ResNet is v1; the zoo's default is v2
-        return resnet.get_symbol(num_layers=50, version=1)
+    if name.startswith("resnet-"):  # the hand-written ResNet is v1; the zoo's default is v2
+        return resnet.get_symbol(num_layers=int(name[len("resnet-"):]), version=1)
     return models.get_model(name)
 
 
@@ -153,3 +153,29 @@ def test_bad_net_or_layout_is_refused():
         hw.step("vgg19", 2)
     with pytest.raises(hw.HandwrittenError, match="layout must be one of NCHW, NHWC"):
         hw.step("vgg16", 2, layout="NCWH")
+
+
+@pytest.mark.parametrize("which", ["vgg", "resnet-bottleneck"])
+@pytest.mark.parametrize("policy", hw.REMAT_POLICIES)
+def test_checkpointed_blocks_give_the_same_step(which, policy):
+    # jax.checkpoint per block recomputes, it must not change the numbers:
+    # the same step as symgraph's Module (float64), under every policy
+    net, size, arg, aux, x, y, probs, grads, new_aux = _module_pass_once(which)
+    batch = x.shape[0]
+    params, state = hw.from_mxnet(net, arg, aux, size, "NCHW")
+    step = hw.step(net, batch, size, "NCHW", dtype="float64", num_classes=5, lr=1.0,
+                   remat=policy)
+    mom = jax.tree.map(jnp.zeros_like, params)
+    _, p2, _, st = step.jit()(params, mom, state, jnp.asarray(x), jnp.asarray(y, jnp.int32),
+                              jax.random.key(0))
+    new = hw.to_mxnet_grads(net, p2, size, "NCHW")
+    for k, g in grads.items():
+        np.testing.assert_allclose(arg[k] - new[k], g / batch, rtol=1e-9, atol=1e-11,
+                                   err_msg=k)
+    for k, v in new_aux.items():
+        np.testing.assert_allclose(np.asarray(st[k]), v, rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+def test_unknown_remat_policy_is_refused():
+    with pytest.raises(hw.HandwrittenError, match="remat="):
+        hw.train_step_fn(hw.vgg((1,), (4,), hidden=8, num_classes=3), remat="everything")

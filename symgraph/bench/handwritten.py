@@ -7,7 +7,7 @@ a JAX user would write these nets: no symgraph graph, no symgraph lowering.
     compiled.memory_analysis()              # or symgraph.xla.memory(step)
     loss, params, mom, state = step.jit()(params, mom, state, x, y, key)
 
-Nets (``NETS``): VGG-16, ResNet-50 (v1, the layout of symgraph's zoo with
+Nets (``NETS``): VGG-16, ResNet-50 and ResNet-152 (v1, the layout of symgraph's zoo with
 ``version=1``: the stride in each bottleneck's first 1x1 convolution,
 BatchNorm after every convolution, with batch statistics in training),
 Inception-BN and GoogLeNet, in NCHW (OIHW weights) or NHWC (HWIO weights).
@@ -62,12 +62,31 @@ class Params:
     (``from_mxnet`` needs it to reorder an NHWC net's first dense weight).
     """
 
-    def __init__(self, params=None, state=None, key=None, dtype=jnp.float32):
+    def __init__(self, params=None, state=None, key=None, dtype=jnp.float32, remat=None):
         self.params = {} if params is None else params
         self.state = {} if state is None else state
         self.new_state = {}
         self.key, self.dtype = key, dtype
         self.flattened = {}
+        self.remat = remat
+
+    def block(self, prefix: str, fn, x):
+        """``fn(P, x)``, under ``jax.checkpoint`` with the policy ``remat``
+        (a name in REMAT_POLICIES) when one is set: the way a JAX user
+        checkpoints a net block by block. ``prefix``: the block's
+        parameter and state names start with it, so only those enter the
+        checkpointed function."""
+        if self.remat is None or self.key is not None:  # initialising: plain
+            return fn(self, x)
+        mine = lambda d: {k: v for k, v in d.items() if k.startswith(prefix)}
+
+        def pure(params, state, x):
+            inner = Params(params, state, dtype=self.dtype)
+            return fn(inner, x), inner.new_state
+        policy = getattr(jax.checkpoint_policies, self.remat)
+        y, new_state = jax.checkpoint(pure, policy=policy)(mine(self.params), mine(self.state), x)
+        self.new_state.update(new_state)
+        return y
 
     def param(self, name, shape, kind, fan_in=1):
         if name not in self.params:
@@ -87,6 +106,10 @@ class Params:
                 raise HandwrittenError(f"no state {name!r} (shape {shape})")
             self.state[name] = jnp.full(shape, fill, self.dtype)
         return self.state[name]
+
+
+# jax.checkpoint policies a hand-written step may apply per block
+REMAT_POLICIES = ("nothing_saveable", "checkpoint_dots", "dots_with_no_batch_dims_saveable")
 
 
 # --------------------------------------------------------------------------
@@ -204,9 +227,10 @@ class Net:
         self.meta.setdefault("flattened", {})[(image_size, layout)] = dict(P.flattened)
         return P.params, P.state
 
-    def apply(self, params, state, x, train, layout="NCHW", key=None):
-        """(logits, new state): the state updated in training, unchanged otherwise."""
-        P = Params(params, state)
+    def apply(self, params, state, x, train, layout="NCHW", key=None, remat=None):
+        """(logits, new state): the state updated in training, unchanged
+        otherwise; ``remat``: a jax.checkpoint policy applied per block."""
+        P = Params(params, state, remat=remat)
         logits = self.forward(P, x, train, layout, key)
         return logits, {**state, **P.new_state}
 
@@ -228,10 +252,15 @@ def vgg(layers=VGG16[0], filters=VGG16[1], hidden=4096, num_classes=1000, rate=0
     ReLU, a 2x2/2 max pool; two dense layers of ``hidden`` with ReLU and
     dropout ``rate``; the class scores ``fc8``."""
     def forward(P, x, train, layout, key):
+        def stage(i, n):
+            def run(P, x):
+                for j in range(n):
+                    x = relu(conv(P, x, f"conv{i + 1}_{j + 1}", filters[i], 3, pad=1,
+                                  layout=layout))
+                return max_pool(x, 2, 2, layout=layout)
+            return run
         for i, n in enumerate(layers):
-            for j in range(n):
-                x = relu(conv(P, x, f"conv{i + 1}_{j + 1}", filters[i], 3, pad=1, layout=layout))
-            x = max_pool(x, 2, 2, layout=layout)
+            x = P.block(f"conv{i + 1}_", stage(i, n), x)
         keys = jax.random.split(key, 2) if key is not None and train and rate else (None, None)
         for k, name in zip(keys, ("fc6", "fc7")):
             x = dropout(relu(dense(P, x, name, hidden)), rate, k, train)
@@ -271,8 +300,9 @@ def resnet_v1(units=RESNET50[0], filters=RESNET50[1], bottleneck=True,
             for j in range(n):
                 s = stride if j == 0 else 1
                 project = j == 0 and (s != 1 or channels != filters[i + 1])
-                x = unit(P, x, filters[i + 1], s, project, f"stage{i + 1}_unit{j + 1}", train,
-                         layout)
+                name = f"stage{i + 1}_unit{j + 1}"
+                x = P.block(f"{name}_", lambda P, x, c=filters[i + 1], s=s, project=project,
+                            name=name: unit(P, x, c, s, project, name, train, layout), x)
                 channels = filters[i + 1]
         return dense(P, global_avg_pool(x, layout), "fc1", num_classes)
     return Net("resnet_v1", forward, num_classes)
@@ -353,8 +383,15 @@ def googlenet(num_classes=1000) -> Net:
     return Net("googlenet", forward, num_classes)
 
 
-NETS = {"vgg16": vgg, "resnet-50": resnet_v1, "inception-bn": inception_bn,
-        "googlenet": googlenet}
+RESNET152 = ((3, 8, 36, 3), RESNET50[1])
+
+
+def resnet152_v1(num_classes=1000) -> Net:
+    return resnet_v1(*RESNET152, num_classes=num_classes)
+
+
+NETS = {"vgg16": vgg, "resnet-50": resnet_v1, "resnet-152": resnet152_v1,
+        "inception-bn": inception_bn, "googlenet": googlenet}
 
 
 def get_net(name: str, num_classes: int = 1000) -> Net:
@@ -372,10 +409,15 @@ def cross_entropy(logits, labels):
     return -jnp.mean(jnp.take_along_axis(logp, labels[:, None].astype(jnp.int32), axis=1))
 
 
-def train_step_fn(net: Net, layout="NCHW", lr=0.01, momentum=0.9):
-    """``(params, mom, state, x, labels, key) -> (loss, params, mom, state)``."""
+def train_step_fn(net: Net, layout="NCHW", lr=0.01, momentum=0.9, remat=None):
+    """``(params, mom, state, x, labels, key) -> (loss, params, mom, state)``;
+    ``remat``: a policy in REMAT_POLICIES applied per block (VGG: per stage,
+    ResNet: per residual unit)."""
+    if remat is not None and remat not in REMAT_POLICIES:
+        raise HandwrittenError(f"remat={remat!r}; use one of {', '.join(REMAT_POLICIES)}")
+
     def loss_fn(params, state, x, labels, key):
-        logits, new_state = net.apply(params, state, x, True, layout, key)
+        logits, new_state = net.apply(params, state, x, True, layout, key, remat)
         return cross_entropy(logits, labels), new_state
 
     def train_step(params, mom, state, x, labels, key):
@@ -407,12 +449,13 @@ def scheduler_options() -> dict:
 
 def step(net, batch: int, image_size: int = 224, layout: str = "NCHW", train: bool = True,
          dtype="float32", num_classes: int = 1000, lr: float = 0.01, momentum: float = 0.9,
-         scheduler: bool = False, compiler_options: dict | None = None):
+         scheduler: bool = False, compiler_options: dict | None = None, remat=None):
     """A ``symgraph.xla.Step`` of the hand-written ``net`` (a name in
     ``NETS`` or a ``Net``): the step function, ShapeDtypeStruct arguments,
     the donated arguments (training: params and momentum) and the compiler
     options (``scheduler``: XLA's memory-optimized CPU scheduler, the
-    option symgraph's steps use, on the CPU backend only)."""
+    option symgraph's steps use, on the CPU backend only; ``remat``: a
+    jax.checkpoint policy per block, training only)."""
     from .. import xla
     _check_layout(layout)
     net = get_net(net, num_classes) if isinstance(net, str) else net
@@ -426,7 +469,7 @@ def step(net, batch: int, image_size: int = 224, layout: str = "NCHW", train: bo
         return xla.Step(infer_step_fn(net, layout), (params, state, x), (), opts)
     labels = jax.ShapeDtypeStruct((batch,), jnp.int32)
     key = jax.eval_shape(lambda: jax.random.key(0))
-    return xla.Step(train_step_fn(net, layout, lr, momentum),
+    return xla.Step(train_step_fn(net, layout, lr, momentum, remat),
                     (params, params, state, x, labels, key), (0, 1), opts)
 
 

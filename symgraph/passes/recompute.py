@@ -1,0 +1,123 @@
+"""Recompute: forward tensors dropped after the forward and computed again
+for the backward, as a graph rewrite the planner sees.
+
+``rewrite(full, num_forward_outputs, names)`` takes a training graph (the
+forward outputs, then the gradients, as ``build_gradient_with_heads`` or
+``TrainingSplit.full`` build it) and the names of forward op nodes to
+recompute. Each gets a clone -- same op, same attributes plus
+``RECOMPUTE_ATTR`` naming the original, name ``<orig>_recompute`` -- and
+every backward node reads the clone's outputs instead of the original's. A
+clone reads the clones of its inputs where those are recomputed too, the
+original entries otherwise (the checkpoints), so a run of recomputed nodes
+is computed again from the nearest kept tensors, when the backward first
+needs it. The forward outputs still read the originals, so the originals
+die after their last forward reader.
+
+A clone of an op with aux states (BatchNorm) reads the same aux variables;
+the lowering (``lower.py``) draws a clone's random key from the original's
+name and does not apply its aux updates, so the recomputed values are the
+forward's. Pure: the input graph is not changed.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..errors import PlanError
+from ..graph import Entry, Graph, Node, topo_order
+
+RECOMPUTE_ATTR = "__recompute_of__"
+RECOMPUTE_SUFFIX = "_recompute"
+
+
+def is_recompute(node: Node) -> bool:
+    """Whether ``node`` is a clone made by ``rewrite``."""
+    return node.op is not None and RECOMPUTE_ATTR in node.attrs
+
+
+def recompute_of(node: Node) -> str | None:
+    """The name of the node a clone recomputes (None for other nodes)."""
+    return node.attrs.get(RECOMPUTE_ATTR) if node.op is not None else None
+
+
+def forward_nodes(full: Graph, num_forward_outputs: int) -> list:
+    """The forward op nodes of a training graph: those the forward outputs
+    depend on (topological order)."""
+    _check_split(full, num_forward_outputs)
+    return [n for n in topo_order(full.outputs[:num_forward_outputs]) if n.op is not None]
+
+
+def _check_split(full: Graph, num_forward_outputs: int) -> None:
+    if (not isinstance(num_forward_outputs, int) or isinstance(num_forward_outputs, bool)
+            or not 0 < num_forward_outputs <= len(full.outputs)):
+        raise PlanError(f"recompute: num_forward_outputs={num_forward_outputs!r}; the graph "
+                        f"has {len(full.outputs)} outputs")
+
+
+def rewrite(full: Graph, num_forward_outputs: int, names: Iterable[str]) -> Graph:
+    """``full`` with the forward nodes named in ``names`` recomputed for the
+    backward (see the module docstring); same outputs, same order."""
+    if isinstance(names, str):
+        names = [names]
+    names = list(names)
+    fwd = forward_nodes(full, num_forward_outputs)
+    by_name = {n.name: n for n in fwd}
+    wanted = []
+    for name in names:
+        node = by_name.get(name)
+        if node is None:
+            raise PlanError(f"recompute: '{name}' is not an op node of the forward pass "
+                            f"({_what(full, name)})")
+        wanted.append(node)
+    if not wanted:
+        return full
+    fwd_ids = {id(n) for n in fwd}
+    chosen = {id(n) for n in wanted}
+    taken = {n.name for n in full.nodes}
+
+    def unique(base: str) -> str:
+        name, k = base, 1
+        while name in taken:
+            name, k = f"{base}{k}", k + 1
+        taken.add(name)
+        return name
+
+    clone: dict[int, Node] = {}
+    for n in fwd:  # topological: a clone's recomputed inputs are cloned first
+        if id(n) not in chosen:
+            continue
+        ins = [Entry(clone[id(e.node)], e.index) if id(e.node) in clone else e
+               for e in n.inputs]
+        clone[id(n)] = Node(n.op, unique(n.name + RECOMPUTE_SUFFIX),
+                            {**n.attrs, RECOMPUTE_ATTR: n.name}, ins)
+
+    # backward nodes read the clones; a backward node whose inputs did not
+    # change is kept as it is
+    new: dict[int, Node] = {}
+
+    def mapped(e: Entry) -> Entry:
+        node = e.node
+        c = clone.get(id(node))
+        if c is not None:
+            return Entry(c, e.index)
+        m = new.get(id(node))
+        return e if m is None else Entry(m, e.index)
+
+    for n in full.nodes:
+        if n.op is None or id(n) in fwd_ids:
+            continue
+        ins = [mapped(e) for e in n.inputs]
+        if any(a != b for a, b in zip(ins, n.inputs)):
+            new[id(n)] = Node(n.op, n.name, n.attrs, ins)
+    # a gradient output that is a forward entry itself stays the original:
+    # the forward computes it anyway
+    outs = list(full.outputs[:num_forward_outputs])
+    outs += [e if id(e.node) in fwd_ids else mapped(e)
+             for e in full.outputs[num_forward_outputs:]]
+    return Graph(outs)
+
+
+def _what(full: Graph, name: str) -> str:
+    for n in full.nodes:
+        if n.name == name:
+            return "a variable" if n.op is None else f"a backward {n.op.name} node"
+    return "no node of the graph has that name"

@@ -19,6 +19,7 @@ from .errors import (BindError, ContextError, GraphError, OpError, PlanError,
 from . import measures
 from .executor import Executor
 from .graph import Entry, Graph, Node
+from .symbol import AttrScope
 
 __version__ = "0.1.0"
 
@@ -54,6 +55,6 @@ def __getattr__(name):
 
 
 __all__ = ["sym", "symbol", "nd", "ndarray", "ops", "Context", "cpu", "gpu",
-           "current_context", "num_gpus", "measures", "Executor", "Entry", "Graph", "Node",
+           "current_context", "num_gpus", "AttrScope", "measures", "Executor", "Entry", "Graph", "Node",
            "SymgraphError", "GraphError", "OpError", "ShapeError", "SerializationError",
            "BindError", "ContextError", "PlanError", *_LAZY, *_LAZY_ATTRS]

@@ -23,6 +23,7 @@ from .ndarray import dtype_name
 from .ops import get_op, list_ops
 from .ops.registry import format_attr
 from .passes.infer import infer_shapes
+from .serialize import HIDDEN_KEYS
 
 
 # --------------------------------------------------------------------------
@@ -58,6 +59,62 @@ class NameManager:
         if cur is None:
             cur = NameManager._local.current = NameManager()
         return cur
+
+
+# --------------------------------------------------------------------------
+# attribute scopes: with AttrScope(ctx_group='stage1'): ...
+# --------------------------------------------------------------------------
+def _stored_key(k: str) -> str:
+    """How a variable stores a user attribute: MXNet's hidden keys
+    (ctx_group, lr_mult ...) with double underscores, others as given."""
+    return f"__{k}__" if k in HIDDEN_KEYS else k
+
+
+class AttrScope:
+    """Attributes every symbol created inside the ``with`` block gets, as
+    MXNet's ``mx.AttrScope``: ``with sg.AttrScope(ctx_group='stage1'):``
+    puts ``__ctx_group__`` on the op nodes and the variables (parameters
+    included) made there. Scopes nest (the inner value wins); an attribute
+    given to a symbol explicitly wins over the scope's."""
+
+    _local = threading.local()
+
+    def __init__(self, **kwargs):
+        for k, v in kwargs.items():
+            if not isinstance(v, str):
+                raise GraphError(f"AttrScope: attribute '{k}' must be a string, got {v!r}")
+        self._attr = dict(kwargs)
+        self._old = None
+
+    def get(self, attr: dict | None) -> dict:
+        """The scope's attributes updated with ``attr``."""
+        out = dict(self._attr)
+        out.update(attr or {})
+        return out
+
+    def __enter__(self):
+        self._old = AttrScope.current()
+        merged = dict(self._old._attr)
+        merged.update(self._attr)
+        self._attr = merged
+        AttrScope._local.current = self
+        return self
+
+    def __exit__(self, *exc):
+        AttrScope._local.current = self._old
+
+    @staticmethod
+    def current() -> "AttrScope":
+        cur = getattr(AttrScope._local, "current", None)
+        if cur is None:
+            cur = AttrScope._local.current = AttrScope()
+        return cur
+
+
+def _scope_attrs() -> dict:
+    """The current scope's attributes as nodes store them (``__ctx_group__``)."""
+    return {k if k.startswith("__") else f"__{k}__": v
+            for k, v in AttrScope.current()._attr.items()}
 
 
 # --------------------------------------------------------------------------
@@ -275,7 +332,7 @@ def Variable(name: str, attr: dict | None = None, shape=None, lr_mult=None, wd_m
     """A named input: data, label or parameter. Hints are stored as attrs."""
     if not isinstance(name, str):
         raise GraphError(f"Variable name must be a string, got {name!r}")
-    attrs = dict(attr or {})
+    attrs = {_stored_key(k): str(v) for k, v in AttrScope.current().get(attr).items()}
     if shape is not None:
         attrs["__shape__"] = format_attr(tuple(shape))
     if dtype is not None:
@@ -338,6 +395,9 @@ def _apply(opname: str, inputs: Sequence, attrs: dict, name: str | None = None,
             raise OpError(f"node '{name}' ({op.name}): input '{n}' is a group of "
                           f"{len(s.outputs)} outputs; pick one with [i]")
         entries.append(s.outputs[0])
+    scoped = _scope_attrs()
+    if scoped:
+        attrs = {**{k: v for k, v in scoped.items() if k not in attrs}, **attrs}
     node = Node(op, name, attrs, entries)
     return Symbol([Entry(node, i) for i in range(node.num_visible_outputs)])
 

@@ -31,7 +31,8 @@ class LowerCtx:
         self.is_train = is_train
         self._key = key
         self.node_name = node_name
-        # > 1: weight gradients summed over this many batch slices
+        # > 1: weight gradients summed over this many batch slices (set only
+        # for the backward nodes of ops declaring ``split_wgrad``)
         self.wgrad_chunks = wgrad_chunks
 
     def rng(self):
@@ -39,6 +40,31 @@ class LowerCtx:
         if self._key is None:
             raise SymgraphError(f"node '{self.node_name}' needs a random key")
         return jax.random.fold_in(self._key, zlib.crc32(self.node_name.encode()) & 0x7FFFFFFF)
+
+    def linear_grads(self, f, x, w, dy):
+        """(dx, dw) of ``y = f(x, w)``, linear in each, batch on axis 0. With
+        ``wgrad_chunks`` k > 1 (and a batch k divides) the weight gradient
+        is the sum of k gradients over batch slices, each slice tied to the
+        previous slice's gradient: XLA's CPU convolutions compute a weight
+        gradient from batch-minor copies of x and dy, and one slice's copies
+        at a time are 1/k the size (the ``split_wgrad`` memory measure,
+        symgraph/xla.py). Unrolled: inside a ``lax.scan`` loop the training
+        step of a small ResNet ran 3-15x slower on XLA's CPU backend."""
+        _, vjp_x = jax.vjp(lambda x: f(x, w), x)
+        dx, = vjp_x(dy)
+        k, n = self.wgrad_chunks, x.shape[0]
+        if k <= 1 or n % k:
+            _, vjp_w = jax.vjp(lambda w: f(x, w), w)
+            return dx, vjp_w(dy)[0]
+        m, dw = n // k, None
+        for i in range(k):
+            xs, ds = x[i * m:(i + 1) * m], dy[i * m:(i + 1) * m]
+            if dw is not None:
+                dw, xs, ds = tie_to_first([dw, xs, ds])
+            _, vjp_w = jax.vjp(lambda w: f(xs, w), w)
+            g = vjp_w(ds)[0]
+            dw = g if dw is None else dw + g
+        return dx, dw
 
 
 class Interpreter:
@@ -136,8 +162,10 @@ class JaxInterpreter(Interpreter):
     def apply(self, node, lowering, inputs):
         """``lowering(params, ctx, *inputs)`` for ``node``: its outputs as a
         list, aux updates collected, errors naming the node."""
-        ctx = LowerCtx(self.is_train, self.key, node.name, self.wgrad_chunks)
-        if len(inputs) > 1 and _anchored(self.anchor, node.op.name):
+        fwd = node.op.forward  # set for backward ops: the op facts below are its
+        chunks = self.wgrad_chunks if fwd is not None and fwd.split_wgrad else 1
+        ctx = LowerCtx(self.is_train, self.key, node.name, chunks)
+        if len(inputs) > 1 and _anchored(self.anchor, fwd):
             inputs = tie_to_first(inputs)
         try:
             with jax.named_scope(node.name):  # XLA's metadata names the node (xla.py reads it)
@@ -182,16 +210,17 @@ def tie_to_first(inputs: list) -> list:
     return out
 
 
-# lower(..., anchor=...): the forward ops whose backward nodes are tied to
-# their incoming gradient (None: every backward node)
-ANCHORS = {"backward": None, "weights": ("Convolution", "Deconvolution", "FullyConnected")}
+# lower(..., anchor=...): 'backward' ties every backward node to its incoming
+# gradient, 'weights' those of ops declaring ``anchor_weights``
+ANCHORS = ("backward", "weights")
 
 
-def _anchored(anchor: str | None, opname: str) -> bool:
-    if anchor is None or not opname.startswith("_backward_"):
+def _anchored(anchor: str | None, fwd) -> bool:
+    """Whether a node whose op's forward op is ``fwd`` (None: not a backward
+    op) is tied to its incoming gradient."""
+    if anchor is None or fwd is None:
         return False
-    only = ANCHORS[anchor]
-    return only is None or opname[len("_backward_"):] in only
+    return anchor == "backward" or fwd.anchor_weights
 
 
 class _NHWC:
@@ -261,12 +290,13 @@ def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
     entries) to arrays. Wrap it in ``jax.jit`` to get one XLA program.
     Memory measures, off by default (docs/memory.md, "Plan vs XLA"): ``anchor``
     ``'backward'`` ties every backward node's inputs to its incoming
-    gradient, ``'weights'`` only those of Convolution, Deconvolution and
-    FullyConnected, so XLA cannot compute from saved activations early;
+    gradient, ``'weights'`` only those of ops declaring ``anchor_weights``
+    (Convolution, Deconvolution and FullyConnected), so XLA cannot compute
+    from saved activations early;
     ``layout='NHWC'`` keeps 4-D activations channels-last inside the
     program (``ChannelsLastInterpreter``); feeds and outputs stay NCHW;
-    ``wgrad_chunks=k`` sums the weight gradients of Convolution and
-    Deconvolution over k batch slices, one after the other, so the
+    ``wgrad_chunks=k`` sums the weight gradients of ops declaring
+    ``split_wgrad`` (Convolution and Deconvolution) over k batch slices, one after the other, so the
     batch-minor copies XLA's CPU convolutions make for them are 1/k the
     size.
     """

@@ -26,43 +26,59 @@ def _as_tuple(out):
     return (out,)
 
 
-def register_backward(fwd: OpDef, *, reads_inputs: Sequence[int] | None = None,
-                      reads_outputs: Sequence[int] = (),
-                      reads_ograds: Sequence[int] | None = None,
+def _reads(spec, default):
+    """A reads spec (indices, a function of the params, or None for
+    ``default(p)``) as a function of the params."""
+    if spec is None:
+        return default
+    if callable(spec):
+        return lambda p: list(spec(p))
+    return lambda p: list(spec)
+
+
+def register_backward(fwd: OpDef, *, reads_inputs=None, reads_outputs=(),
+                      reads_ograds=None, no_grad: Sequence[int] = (),
                       lower: Callable | None = None,
                       infer_shape: Callable | None = None,
+                      infer_type: Callable | None = None,
                       inplace: Callable | Sequence = (),
-                      category: str | None = None,
+                      category: str | None = None, flops: Callable | None = None,
                       inputs_for_shape_only: bool = False,
                       channels_last: Callable | None = None) -> OpDef:
     """Registers ``_backward_<fwd>`` and sets ``fwd.gradient`` to build it.
 
-    ``reads_inputs=None`` means every argument; ``reads_ograds=None`` means
-    the gradient of every visible output. ``lower(p, ctx, ograds, ins, outs)``
+    The backward node's inputs are, in order, the gradients of forward
+    outputs ``reads_ograds``, forward inputs ``reads_inputs`` and forward
+    outputs ``reads_outputs``: each indices or a function of the parsed
+    attributes (what a backward reads may depend on them: max pooling reads
+    its input, avg pooling need not). ``reads_inputs=None`` means every
+    argument; ``reads_ograds=None`` the gradient of every visible output.
+    ``no_grad``: argument indices that never get a gradient (labels,
+    indices, shape-only inputs). ``lower(p, ctx, ograds, ins, outs)``
     returns one gradient per forward argument (None for ones not needed).
     Without ``lower`` the gradient is ``jax.vjp`` of the forward lowering,
     which needs every argument read and no aux state.
     ``inputs_for_shape_only`` says the forward inputs it reads are read only
     for their shapes/dtypes (so they need not stay alive for it).
     ``channels_last``: ``lower``'s twin for 4-D tensors held NHWC (the
-    OpDef's ``channels_last``).
+    OpDef's ``channels_last``). The backward op has ``fwd``'s family and
+    ``forward=fwd``; ``flops`` and ``category`` default to the category's
+    rule and ``fwd``'s category.
     """
     name = "_backward_" + fwd.name
-
-    def ri(p):
-        return list(range(len(fwd.arg_names(p)))) if reads_inputs is None else list(reads_inputs)
-
-    def rg(p):
-        return list(range(fwd.num_visible_outputs(p))) if reads_ograds is None else list(reads_ograds)
+    ri = _reads(reads_inputs, lambda p: list(range(len(fwd.arg_names(p)))))
+    rg = _reads(reads_ograds, lambda p: list(range(fwd.num_visible_outputs(p))))
+    ro = _reads(reads_outputs, None)
+    no_grad = frozenset(no_grad)
 
     def need(p):
         n = len(fwd.arg_names(p))
-        return list(p.need) if p.need else [1] * n
+        return list(p.need) if p.need else [0 if i in no_grad else 1 for i in range(n)]
 
     def arguments(p):
         fa, fo = fwd.arg_names(p), fwd.output_names(p)
         return ([f"ograd_{fo[i]}" for i in rg(p)] + [f"in_{fa[i]}" for i in ri(p)]
-                + [f"out_{fo[i]}" for i in reads_outputs])
+                + [f"out_{fo[i]}" for i in ro(p)])
 
     def outputs(p):
         fa = fwd.arg_names(p)
@@ -102,22 +118,21 @@ def register_backward(fwd: OpDef, *, reads_inputs: Sequence[int] | None = None,
     attrs["need"] = Attr(shape_attr, (), "0/1 mask: which argument gradients to compute")
     bwd = register(OpDef(
         name=name, lower=node_lowering(lower), infer_shape=infer_shape_node, attrs=attrs,
-        arguments=arguments, outputs=outputs, inplace=inplace,
+        arguments=arguments, outputs=outputs, inplace=inplace, infer_type=infer_type,
         shape_inputs=(lambda p: list(range(len(rg(p)), len(rg(p)) + len(ri(p)))))
         if inputs_for_shape_only else (),
-        category=category or fwd.category,
+        category=category or fwd.category, flops=flops, family=fwd.family, forward=fwd,
         channels_last=channels_last and node_lowering(channels_last),
         doc=f"Gradient of {fwd.name}; inputs are exactly what it reads."))
 
     def gradient(g, node, ograds):
         p = node.params
-        sel = rg(p)
-        want = [1 if x else 0 for x in g.need]
+        want = [1 if x and i not in no_grad else 0 for i, x in enumerate(g.need)]
         if not any(want):
             return [None] * len(want)
-        ins = [g.ograd_or_zeros(node, ograds, i) for i in sel]
+        ins = [g.ograd_or_zeros(node, ograds, i) for i in rg(p)]
         ins += [node.inputs[i] for i in ri(p)]
-        ins += [g.output(node, i) for i in reads_outputs]
+        ins += [g.output(node, i) for i in ro(p)]
         attrs = {k: v for k, v in node.attrs.items() if not k.startswith("__")}
         attrs["need"] = tuple(want)
         outs = g.op(name, ins, attrs, suffix="backward")

@@ -31,11 +31,11 @@ X = [Sample({}, [(3, 4)])]
 POS = [Sample({}, [(3, 4)], low=0.5, high=2.0)]
 
 
-def _unary(name, fn, *, reads, dfn, samples=X, aliases=(), doc=""):
+def _unary(name, fn, *, reads, dfn, samples=X, aliases=(), doc="", family=None):
     """A unary elementwise op whose gradient is ``dfn(p, dy, v)``, where v is
     the input (reads='input') or the output (reads='output')."""
     op = register(OpDef(name=name, lower=lambda p, ctx, x: fn(p, x), infer_shape=same_shape,
-                        inplace=INPLACE_FIRST, category="elementwise",
+                        inplace=INPLACE_FIRST, category="elementwise", family=family,
                         flops=elementwise_flops, samples=samples, aliases=aliases, doc=doc))
     register_backward(
         op, reads_inputs=(0,) if reads == "input" else (),
@@ -63,12 +63,13 @@ _unary("square", lambda p, x: x * x, reads="input", dfn=lambda p, dy, x: 2 * x *
 _unary("abs", lambda p, x: jnp.abs(x), reads="input", dfn=lambda p, dy, x: jnp.sign(x) * dy)
 # y = max(x, 0); dx = dy * (y > 0)
 _unary("relu", lambda p, x: jnp.maximum(x, 0), reads="output",
-       dfn=lambda p, dy, y: jnp.where(y > 0, dy, 0))
+       dfn=lambda p, dy, y: jnp.where(y > 0, dy, 0), family="activation")
 # y = 1 / (1 + e^-x); dx = dy y (1 - y)
 _unary("sigmoid", lambda p, x: jax.nn.sigmoid(x), reads="output",
-       dfn=lambda p, dy, y: dy * y * (1 - y))
+       dfn=lambda p, dy, y: dy * y * (1 - y), family="activation")
 # y = tanh(x); dx = dy (1 - y^2)
-_unary("tanh", lambda p, x: jnp.tanh(x), reads="output", dfn=lambda p, dy, y: dy * (1 - y * y))
+_unary("tanh", lambda p, x: jnp.tanh(x), reads="output", dfn=lambda p, dy, y: dy * (1 - y * y),
+       family="activation")
 
 # y = -x; dx = -dy
 register(OpDef(name="negative", lower=lambda p, ctx, x: -x, infer_shape=same_shape,
@@ -103,25 +104,15 @@ _ACT = {
 _activation = register(OpDef(
     name="Activation", attrs={"act_type": Attr(choice_attr(*_ACT))},
     lower=lambda p, ctx, x: _ACT[p.act_type][0](x), infer_shape=same_shape,
-    inplace=INPLACE_FIRST, category="elementwise", flops=elementwise_flops,
+    inplace=INPLACE_FIRST, category="elementwise", flops=elementwise_flops, family="activation",
     samples=[Sample({"act_type": a}, [(2, 3, 4)]) for a in _ACT],
     doc="act_type: relu, sigmoid, tanh, softrelu, softsign"))
-
-
-def _activation_gradient(g, node, og):
-    p = node.params
-    reads = _ACT[p.act_type][1]
-    ins = [og[0], node.inputs[0] if reads == "input" else g.output(node, 0)]
-    return g.op("_backward_Activation", ins, {"act_type": p.act_type})
-
-
-register(OpDef(
-    name="_backward_Activation", attrs={"act_type": Attr(choice_attr(*_ACT))},
-    arguments=("ograd", "data_or_output"), outputs=("grad_data",),
-    lower=lambda p, ctx, dy, v: _ACT[p.act_type][2](dy, v), infer_shape=same_shape,
-    inplace=INPLACE_FIRST, category="elementwise", flops=elementwise_flops,
-    doc="Reads the output for relu/sigmoid/tanh, the input otherwise."))
-_activation.gradient = _activation_gradient
+# reads the output for relu/sigmoid/tanh, the input otherwise
+register_backward(
+    _activation, reads_inputs=lambda p: [0] if _ACT[p.act_type][1] == "input" else [],
+    reads_outputs=lambda p: [0] if _ACT[p.act_type][1] == "output" else [],
+    lower=lambda p, ctx, og, ins, outs: [_ACT[p.act_type][2](og[0], (ins or outs)[0])],
+    infer_shape=same_shape_bwd, inplace=INPLACE_FIRST, flops=elementwise_flops)
 
 
 # --------------------------------------------------------------------------

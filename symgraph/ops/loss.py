@@ -4,13 +4,13 @@ gradient, whatever head gradient would arrive."""
 from __future__ import annotations
 
 import copy
-import functools
 
 import jax
 import jax.numpy as jnp
 
 from ..errors import ShapeError
 from ..graph import Entry, Node
+from .backward import register_backward
 from .registry import Attr, OpDef, Sample, bool_attr, choice_attr, float_attr, get_op, numel, \
     register
 
@@ -77,6 +77,16 @@ def _target(p, lab, k, dtype, axis):
     return target
 
 
+def _grad_as_output_type(p, in_types, num_outputs):
+    """The gradient has the dtype of the output it reads (the inputs are
+    the label, then the output: the label may be an integer array)."""
+    return list(in_types), [in_types[1]] * num_outputs
+
+
+def _softmax_output_backward_flops(p, in_shapes, out_shapes):
+    return 3 * numel(out_shapes[0])  # subtract the target, mask, scale
+
+
 # y = softmax(x); dx = (y - onehot(label)) * grad_scale / norm; no label gradient.
 # ``total`` turns this device's 'valid' count into the count to divide by:
 # itself on one device, its sum over the devices in data parallel (below)
@@ -119,6 +129,7 @@ def _softmax_output_backward(p, ctx, y, label, total=lambda count: count):
 _softmax_output = register(OpDef(
     name="SoftmaxOutput", attrs=SOFTMAX_OUTPUT_ATTRS, arguments=("data", "label"),
     lower=_softmax_output_lower, infer_shape=_softmax_output_shape, is_loss=True,
+    flops=lambda p, ins, outs: 5 * numel(ins[0]),  # a softmax; the loss is not computed
     aliases=("Softmax",),
     doc="Softmax with a cross-entropy gradient from label, as MXNet's: over all non-batch "
         "elements (data flattened to (n, rest)), over axis 1 with multi_output, over the "
@@ -139,18 +150,13 @@ _softmax_output = register(OpDef(
              Sample({"preserve_shape": True}, [(2, 3, 4), (2, 3)], ints={1: 4})]))
 
 
-def _softmax_output_gradient(g, node, og):
-    # reads its output and the label; the head gradient is not used
-    out = g.op("_backward_SoftmaxOutput", [g.output(node, 0), node.inputs[1]],
-               {k: v for k, v in node.attrs.items() if not k.startswith("__")})
-    return [out[0], None]
-
-
-register(OpDef(
-    name="_backward_SoftmaxOutput", attrs=SOFTMAX_OUTPUT_ATTRS, arguments=("output", "label"),
-    outputs=("grad_data",), lower=_softmax_output_backward,
-    infer_shape=lambda p, s: (s, [s[0]]), inplace=[(0, 0)], category="elementwise"))
-_softmax_output.gradient = _softmax_output_gradient
+# reads its output and the label; the head gradient is not used
+register_backward(
+    _softmax_output, reads_ograds=(), reads_inputs=(1,), reads_outputs=(0,), no_grad=(1,),
+    lower=lambda p, ctx, og, ins, outs: [_softmax_output_backward(p, ctx, outs[0], ins[0]),
+                                         None],
+    infer_shape=lambda p, s: (s, [s[1]]), infer_type=_grad_as_output_type, inplace=[(1, 0)],
+    category="elementwise", flops=_softmax_output_backward_flops)
 
 
 def softmax_output_over_devices(axis_name: str) -> OpDef:
@@ -161,13 +167,14 @@ def softmax_output_over_devices(axis_name: str) -> OpDef:
     'batch' are unchanged: 'batch' is rescaled by the caller). Not
     registered; ``train.step`` puts it in place of SoftmaxOutput."""
     bwd = copy.copy(get_op("_backward_SoftmaxOutput"))
-    bwd.lower = functools.partial(_softmax_output_backward,
-                                  total=lambda count: jax.lax.psum(count, axis_name))
+    # the registered backward's inputs: the label, then the output
+    bwd.lower = lambda p, ctx, label, y: (_softmax_output_backward(
+        p, ctx, y, label, total=lambda count: jax.lax.psum(count, axis_name)),)
 
     def gradient(g, node, og):
         name = g.unique(f"{node.name}_backward")
-        out = Node(bwd, name, {k: v for k, v in node.attrs.items() if not k.startswith("__")},
-                   [g.output(node, 0), node.inputs[1]])
+        attrs = {k: v for k, v in node.attrs.items() if not k.startswith("__")}
+        out = Node(bwd, name, {**attrs, "need": (1, 0)}, [node.inputs[1], g.output(node, 0)])
         return [Entry(out, 0), None]
 
     op = copy.copy(_softmax_output)
@@ -196,11 +203,8 @@ def _linreg_backward(p, ctx, y, label):
     return (y - label.reshape(y.shape)) * (p.grad_scale / per_sample)
 
 
-register(OpDef(
-    name="_backward_LinearRegressionOutput", attrs={"grad_scale": Attr(float_attr, 1.0)},
-    arguments=("output", "label"), outputs=("grad_data",),
-    lower=_linreg_backward, infer_shape=lambda p, s: (s, [s[0]]),
-    inplace=[(0, 0)], category="elementwise"))
-_linreg.gradient = lambda g, node, og: [
-    g.op("_backward_LinearRegressionOutput", [g.output(node, 0), node.inputs[1]],
-         {k: v for k, v in node.attrs.items() if not k.startswith("__")})[0], None]
+register_backward(
+    _linreg, reads_ograds=(), reads_inputs=(1,), reads_outputs=(0,), no_grad=(1,),
+    lower=lambda p, ctx, og, ins, outs: [_linreg_backward(p, ctx, outs[0], ins[0]), None],
+    infer_shape=lambda p, s: (s, [s[1]]), infer_type=_grad_as_output_type, inplace=[(1, 0)],
+    category="elementwise")

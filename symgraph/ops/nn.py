@@ -20,7 +20,6 @@ import numpy as np
 from jax import lax
 
 from ..errors import ShapeError
-from ..lower import tie_to_first
 from .backward import register_backward
 from .registry import (Attr, OpDef, Params, Sample, bool_attr, choice_attr, dtype_attr,
                        float_attr, int_attr, numel, optional_int_attr, positive_int_attr,
@@ -65,6 +64,7 @@ _fc = register(OpDef(
     attrs={"num_hidden": Attr(positive_int_attr), "no_bias": Attr(bool_attr, False),
            "flatten": Attr(bool_attr, True)},
     arguments=_fc_args, lower=_fc_lower, infer_shape=_fc_shape, flops=_fc_flops,
+    family="matmul", anchor_weights=True,
     samples=[Sample({"num_hidden": 5}, [(4, 3, 2)]),
              Sample({"num_hidden": 5, "no_bias": True}, [(4, 6)]),
              Sample({"num_hidden": 5, "flatten": False}, [(2, 3, 6)])]))
@@ -86,7 +86,20 @@ def _fc_backward_shape(p, s):
     return s, [g for g, m in zip(grads, need) if m]
 
 
-register_backward(_fc, reads_inputs=(0, 1), lower=_fc_backward, infer_shape=_fc_backward_shape)
+def _weighted_backward_flops(fwd_flops):
+    """A layer's backward: its forward's work again for each of the data and
+    weight gradients asked for, one add per output element for the bias's.
+    Inputs: ograd, data, weight."""
+    def flops(p, ins, outs):
+        og, x, w = ins
+        per = fwd_flops(p, [x, w], [og])
+        need = list(p.need) if p.need else [1, 1, 0 if p.no_bias else 1]
+        return per * (need[0] + need[1]) + (numel(og) if len(need) > 2 and need[2] else 0)
+    return flops
+
+
+register_backward(_fc, reads_inputs=(0, 1), lower=_fc_backward, infer_shape=_fc_backward_shape,
+                  flops=_weighted_backward_flops(_fc_flops))
 
 
 # --------------------------------------------------------------------------
@@ -225,7 +238,8 @@ def _conv_lower(p, ctx, x, w, b=None):
 
 _conv = register(OpDef(
     name="Convolution", attrs=CONV_ATTRS, arguments=_conv_args, lower=_conv_lower,
-    infer_shape=_conv_shape, flops=_weight_flops,
+    infer_shape=_conv_shape, flops=_weight_flops, family="convolution", anchor_weights=True,
+    split_wgrad=True,
     doc="N-D convolution (NCW/NCHW/NCDHW); weight (num_filter, C/num_group, *kernel).",
     samples=[
         Sample({"kernel": (3, 3), "num_filter": 4}, [(2, 3, 5, 5)]),
@@ -260,36 +274,10 @@ def _conv_channels_last(p, ctx, x, w, b=None):
 _conv.channels_last = _conv_channels_last
 
 
-def _data_and_weight_grads(ctx, f, x, w, dy):
-    """(dx, dw) of ``y = f(x, w)``, linear in each. With
-    ``ctx.wgrad_chunks`` k > 1 (and a batch k divides) the weight gradient
-    is the sum of k gradients over batch slices, each slice tied to the
-    previous slice's gradient: XLA's CPU convolutions compute a weight
-    gradient from batch-minor copies of x and dy, and one slice's copies at
-    a time are 1/k the size (the ``split_wgrad`` memory measure,
-    symgraph/xla.py). Unrolled: inside a ``lax.scan`` loop the training
-    step of a small ResNet ran 3-15x slower on XLA's CPU backend."""
-    _, vjp_x = jax.vjp(lambda x: f(x, w), x)
-    dx, = vjp_x(dy)
-    k, n = ctx.wgrad_chunks, x.shape[0]
-    if k <= 1 or n % k:
-        _, vjp_w = jax.vjp(lambda w: f(x, w), w)
-        return dx, vjp_w(dy)[0]
-    m, dw = n // k, None
-    for i in range(k):
-        xs, ds = x[i * m:(i + 1) * m], dy[i * m:(i + 1) * m]
-        if dw is not None:
-            dw, xs, ds = tie_to_first([dw, xs, ds])
-        _, vjp_w = jax.vjp(lambda w: f(xs, w), w)
-        g = vjp_w(ds)[0]
-        dw = g if dw is None else dw + g
-    return dx, dw
-
-
 # dx = conv^T(dy, w); dw = corr(x, dy); db = sum(dy over batch and space) -- reads x and w
 def _conv_backward(p, ctx, og, ins, outs):
     x, w = ins
-    dx, dw = _data_and_weight_grads(ctx, lambda x, w: _conv_nobias(p, x, w), x, w, og[0])
+    dx, dw = ctx.linear_grads(lambda x, w: _conv_nobias(p, x, w), x, w, og[0])
     db = None if p.no_bias else og[0].sum(axis=_spatial_axes(og[0].ndim))
     return [dx, dw, db]
 
@@ -304,13 +292,12 @@ def _weighted_backward_shape(p, s):
 
 def _conv_backward_channels_last(p, ctx, og, ins, outs):
     x, w = ins
-    dx, dw = _data_and_weight_grads(ctx, lambda x, w: _conv_nobias_channels_last(p, x, w),
-                                    x, w, og[0])
+    dx, dw = ctx.linear_grads(lambda x, w: _conv_nobias_channels_last(p, x, w), x, w, og[0])
     return [dx, dw, None if p.no_bias else og[0].sum(axis=(0, 1, 2))]
 
 
 register_backward(_conv, reads_inputs=(0, 1), lower=_conv_backward,
-                  infer_shape=_weighted_backward_shape,
+                  infer_shape=_weighted_backward_shape, flops=_weighted_backward_flops(_weight_flops),
                   channels_last=_conv_backward_channels_last)
 
 
@@ -387,6 +374,7 @@ _deconv = register(OpDef(
            "adj": Attr(shape_attr, (), "extra rows/cols at the high end, default 0"),
            "target_shape": Attr(shape_attr, (), "output spatial size; overrides pad and adj")},
     arguments=_conv_args, lower=_deconv_lower, infer_shape=_deconv_shape, flops=_deconv_flops,
+    family="convolution", anchor_weights=True, split_wgrad=True,
     doc="Transposed convolution; weight (C_in, num_filter/num_group, *kernel).",
     samples=[
         Sample({"kernel": (3, 3), "num_filter": 4}, [(2, 3, 4, 4)]),
@@ -405,13 +393,14 @@ _deconv = register(OpDef(
 # dx = conv(dy, w) (the adjoint of the transposed conv); dw likewise; db = sum(dy)
 def _deconv_backward(p, ctx, og, ins, outs):
     x, w = ins
-    dx, dw = _data_and_weight_grads(ctx, lambda x, w: _deconv_nobias(p, x, w), x, w, og[0])
+    dx, dw = ctx.linear_grads(lambda x, w: _deconv_nobias(p, x, w), x, w, og[0])
     db = None if p.no_bias else og[0].sum(axis=_spatial_axes(og[0].ndim))
     return [dx, dw, db]
 
 
 register_backward(_deconv, reads_inputs=(0, 1), lower=_deconv_backward,
-                  infer_shape=_weighted_backward_shape)
+                  infer_shape=_weighted_backward_shape,
+                  flops=_weighted_backward_flops(_deconv_flops))
 
 
 # --------------------------------------------------------------------------
@@ -526,7 +515,7 @@ def _pool_flops(p, ins, outs):
 
 _pool = register(OpDef(
     name="Pooling", attrs=POOL_ATTRS, lower=_pool_lower, infer_shape=_pool_shape,
-    flops=_pool_flops,
+    flops=_pool_flops, family="pooling",
     doc="max/avg/sum pooling; pooling_convention full rounds the output size up.",
     samples=[
         Sample({"kernel": (2, 2), "stride": (2, 2)}, [(2, 3, 6, 6)]),
@@ -678,7 +667,11 @@ def _max_pool_backward(p, x, dy, channels_last=False):
                               slice(None)))]
 
 
-def _pool_backward_lower(p, ctx, dy, *read, channels_last=False):
+def _pool_backward_lower(p, ctx, og, ins, outs, channels_last=False):
+    return [_pool_backward(p, og[0], *ins, channels_last=channels_last)]
+
+
+def _pool_backward(p, dy, *read, channels_last=False):
     if p.pool_type == "max":
         return _max_pool_backward(p, read[0], dy, channels_last)
     nchw = _nchw_shape if channels_last else tuple
@@ -706,26 +699,14 @@ def _pool_backward_shape(p, s):
 
 
 # max: dx = dy at the first max of each window; avg: dx = sum of dy/count over
-# windows; sum: the same without the count
-register(OpDef(
-    name="_backward_Pooling", attrs=POOL_ATTRS,
-    arguments=lambda p: ["ograd_output"] + [f"in_{a}" for a in _pool_backward_reads(p)],
-    outputs=("grad_data",), lower=_pool_backward_lower, infer_shape=_pool_backward_shape,
-    channels_last=lambda p, ctx, dy, *read: _pool_backward_lower(p, ctx, dy, *read,
-                                                                  channels_last=True),
-    doc="Gradient of Pooling; max reads the input, avg/sum the output gradient "
-        "(and the input for its shape where strides hide it)."))
-
-
-def _pool_gradient(g, node, og):
-    if not g.need[0]:
-        return [None]
-    reads = _pool_backward_reads(node.params)
-    ins = [og[0]] + [node.inputs[0] for _ in reads]  # the only read is "data"
-    return [g.op("_backward_Pooling", ins, _attrs_of(node))[0]]
-
-
-_pool.gradient = _pool_gradient
+# windows; sum: the same without the count. max reads the input, avg/sum the
+# output gradient (and the input for its shape where strides hide it).
+register_backward(
+    _pool, reads_inputs=lambda p: [0] * len(_pool_backward_reads(p)),
+    lower=_pool_backward_lower, infer_shape=_pool_backward_shape,
+    channels_last=lambda p, ctx, og, ins, outs: _pool_backward_lower(p, ctx, og, ins, outs,
+                                                                     channels_last=True),
+    flops=lambda p, ins, outs: _pool_flops(p, outs, ins[:1]))
 
 
 # --------------------------------------------------------------------------
@@ -795,7 +776,7 @@ _bn = register(OpDef(
            "max_calib_range": Attr(optional_float_attr, None, "quantization; no effect")},
     arguments=("data", "gamma", "beta"), aux=("moving_mean", "moving_var"),
     outputs=("output", "mean", "var"), visible_outputs=_bn_visible,
-    lower=_bn_lower, infer_shape=_bn_shape, flops=_bn_flops,
+    lower=_bn_lower, infer_shape=_bn_shape, flops=_bn_flops, family="normalization",
     doc="Batch normalisation; hidden outputs mean and inverse std (MXNet 1.x).",
     samples=[
         Sample({}, [(4, 3, 2, 2)], low=0.1, high=1.0),
@@ -848,6 +829,8 @@ def _bn_backward_shape(p, s):
 # reads data, gamma and the saved mean / inverse std -- not the output
 register_backward(_bn, reads_inputs=(0, 1), reads_outputs=(1, 2), reads_ograds=(0,),
                   lower=_bn_backward, infer_shape=_bn_backward_shape,
+                  # normalise, two sums, combine
+                  flops=lambda p, ins, outs: 8 * numel(ins[1]),
                   channels_last=lambda p, ctx, og, ins, outs: _bn_backward(
                       _nhwc_axis(p), ctx, og, ins, outs))
 
@@ -941,7 +924,7 @@ _lrn = register(OpDef(
     attrs={"alpha": Attr(float_attr, 1e-4), "beta": Attr(float_attr, 0.75),
            "knorm": Attr(float_attr, 2.0), "nsize": Attr(odd_int_attr, doc="odd channel window")},
     outputs=("output", "tmp_norm"), visible_outputs=1, lower=_lrn_lower,
-    infer_shape=_lrn_shape, category="opaque",
+    infer_shape=_lrn_shape, category="opaque", family="normalization",
     flops=lambda p, ins, outs: numel(ins[0]) * (p.nsize + 4),
     doc="Local response normalisation across channels; hidden output tmp_norm (MXNet).",
     samples=[Sample({"nsize": 3}, [(2, 5, 2, 3)]),
@@ -959,7 +942,8 @@ def _lrn_backward(p, ctx, og, ins, outs):
 
 
 register_backward(_lrn, reads_inputs=(0,), reads_outputs=(1,), lower=_lrn_backward,
-                  infer_shape=lambda p, s: (s, [s[1]]))
+                  infer_shape=lambda p, s: (s, [s[1]]),
+                  flops=lambda p, ins, outs: numel(ins[1]) * (p.nsize + 8))
 
 
 # --------------------------------------------------------------------------
@@ -1012,7 +996,7 @@ _lrelu = register(OpDef(
            "upper_bound": Attr(float_attr, 0.334, "rrelu only")},
     arguments=lambda p: ["data", "gamma"] if p.act_type == "prelu" else ["data"],
     lower=lambda p, ctx, x, gamma=None: _lrelu_forward(p, x, gamma),
-    infer_shape=_lrelu_shape, inplace=[(0, 0)], category="elementwise",
+    infer_shape=_lrelu_shape, inplace=[(0, 0)], category="elementwise", family="activation",
     flops=lambda p, ins, outs: numel(outs[0]),
     doc="leaky, elu, selu, gelu (erf) or prelu (gamma: one slope per channel, axis 1).",
     samples=[Sample({}, [(3, 4)]), Sample({"slope": -0.5}, [(2, 3, 2)]),
@@ -1024,9 +1008,16 @@ _lrelu = register(OpDef(
              Sample({"act_type": "prelu"}, [(4, 3), (1,)])]))
 
 
-def _lrelu_backward_lower(p, ctx, dy, v, gamma=None):
+def _lrelu_backward_rule(p, ctx, og, ins, outs):
+    if p.act_type == "prelu":
+        return _lrelu_backward_lower(p, og[0], *ins)
+    return [_lrelu_backward_lower(p, og[0], (ins or outs)[0])]
+
+
+def _lrelu_backward_lower(p, dy, v, gamma=None):
     """dx for leaky/elu/selu/gelu from v = the output or the input; for prelu
-    (v = input) also dgamma. Math per act_type in the comments."""
+    (v = input) [dx, dgamma], None where not needed. Math per act_type in the
+    comments."""
     t = p.act_type
     if _lrelu_reads_output(p):
         if t == "leaky":  # y = x or slope x; dx = dy (1 or slope)
@@ -1045,16 +1036,16 @@ def _lrelu_backward_lower(p, ctx, dy, v, gamma=None):
         return dy * (cdf + v * pdf)
     # prelu: y = x or gamma_c x; dx = dy (1 or gamma_c); dgamma_c = sum dy x [x <= 0]
     need = list(p.need) if p.need else [1, 1]
-    out = []
+    out = [None, None]
     if need[0]:
-        out.append(jnp.where(v > 0, dy, _prelu_gamma(gamma, v.ndim) * dy))
+        out[0] = jnp.where(v > 0, dy, _prelu_gamma(gamma, v.ndim) * dy)
     if need[1]:
         contrib = jnp.where(v > 0, 0, dy * v)
         if gamma.shape == (1,) or v.ndim < 2:
-            out.append(contrib.sum().reshape(gamma.shape))
+            out[1] = contrib.sum().reshape(gamma.shape)
         else:
-            out.append(contrib.sum(axis=_spatial_axes(v.ndim)))
-    return tuple(out)
+            out[1] = contrib.sum(axis=_spatial_axes(v.ndim))
+    return out
 
 
 def _lrelu_backward_shape(p, s):
@@ -1064,35 +1055,18 @@ def _lrelu_backward_shape(p, s):
     return s, [x for x, m in zip([s[1], s[2]], need) if m]
 
 
-register(OpDef(
-    name="_backward_LeakyReLU",
-    attrs={**_lrelu.attrs, "need": Attr(shape_attr, (), "prelu: which gradients to compute")},
-    arguments=lambda p: (["ograd", "in_data", "in_gamma"] if p.act_type == "prelu" else
-                         ["ograd", "out_output" if _lrelu_reads_output(p) else "in_data"]),
-    outputs=lambda p: ([n for n, m in zip(["grad_data", "grad_gamma"],
-                                          list(p.need) or [1, 1]) if m]
-                       if p.act_type == "prelu" else ["grad_data"]),
-    lower=_lrelu_backward_lower, infer_shape=_lrelu_backward_shape,
+# prelu reads the input and gamma; leaky/elu (slope >= 0) and selu the
+# output; the others the input
+register_backward(
+    _lrelu,
+    reads_inputs=lambda p: ([0, 1] if p.act_type == "prelu" else
+                            [] if _lrelu_reads_output(p) else [0]),
+    reads_outputs=lambda p: [0] if _lrelu_reads_output(p) else [],
+    lower=_lrelu_backward_rule, infer_shape=_lrelu_backward_shape,
     # dx may overwrite dy; for prelu only when dx is computed (else output 0 is dgamma)
     inplace=lambda p: [] if p.act_type == "prelu" and p.need and not p.need[0] else [(0, 0)],
     category="opaque",  # prelu's gamma gradient is a reduction
-    doc="Gradient of LeakyReLU; reads the output for leaky/elu (slope >= 0) and selu."))
-
-
-def _lrelu_gradient(g, node, og):
-    p = node.params
-    if p.act_type == "prelu":
-        want = tuple(1 if n else 0 for n in g.need)
-        if not any(want):
-            return [None, None]
-        outs = iter(g.op("_backward_LeakyReLU", [og[0], node.inputs[0], node.inputs[1]],
-                         {**_attrs_of(node), "need": want}))
-        return [next(outs) if m else None for m in want]
-    v = g.output(node, 0) if _lrelu_reads_output(p) else node.inputs[0]
-    return [g.op("_backward_LeakyReLU", [og[0], v], _attrs_of(node))[0]]
-
-
-_lrelu.gradient = _lrelu_gradient
+    flops=lambda p, ins, outs: 3 * numel(ins[0]))
 
 
 # --------------------------------------------------------------------------
@@ -1122,7 +1096,7 @@ _embedding = register(OpDef(
            "sparse_grad": Attr(bool_attr, False, "accepted; the gradient is always dense")},
     arguments=("data", "weight"), infer_shape=_embedding_shape, infer_type=_embedding_type,
     lower=lambda p, ctx, data, w: jnp.take(w, _indices(p, data), axis=0),
-    flops=lambda p, ins, outs: 0, category="opaque",
+    flops=lambda p, ins, outs: 0, category="opaque", family="embedding",
     doc="Lookup table; data holds indices (as floats, like MXNet), clipped to the table.",
     samples=[Sample({"input_dim": 7, "output_dim": 3}, [(2, 5)], ints={0: 7}),
              Sample({"input_dim": 4, "output_dim": 2}, [(3, 2, 2)], ints={0: 4}),
@@ -1137,18 +1111,9 @@ def _embedding_backward(p, ctx, dy, data):
     return jnp.zeros((p.input_dim, p.output_dim), dy.dtype).at[idx].add(rows)
 
 
-register(OpDef(
-    name="_backward_Embedding", attrs=dict(_embedding.attrs), arguments=("ograd", "in_data"),
-    outputs=("grad_weight",), lower=_embedding_backward,
+# reads the output gradient and the indices; the indices get no gradient
+register_backward(
+    _embedding, reads_inputs=(0,), no_grad=(0,),
+    lower=lambda p, ctx, og, ins, outs: [None, _embedding_backward(p, ctx, og[0], ins[0])],
     infer_shape=lambda p, s: (s, [(p.input_dim, p.output_dim)]),
-    doc="Gradient of Embedding's weight; reads the output gradient and the indices."))
-
-
-def _embedding_gradient(g, node, og):
-    if not g.need[1]:
-        return [None, None]
-    dw = g.op("_backward_Embedding", [og[0], node.inputs[0]], _attrs_of(node))[0]
-    return [None, dw]
-
-
-_embedding.gradient = _embedding_gradient
+    flops=lambda p, ins, outs: numel(ins[0]))  # one add per gradient element

@@ -146,14 +146,10 @@ _sum_to_like = register(OpDef(
 
 # y = sum_to(x, like.shape) is linear: dx = broadcast(dy, x.shape) (reads x's
 # shape only); like's values never reach y, so it gets no gradient
-register(OpDef(
-    name="_backward__sum_to_like", arguments=("ograd", "data"), outputs=("grad_data",),
-    lower=lambda p, ctx, dy, x: jnp.broadcast_to(dy, x.shape),
-    infer_shape=lambda p, s: (s, [s[1]]), shape_inputs=(1,), category="injective",
-    flops=lambda p, ins, outs: 0,
-    doc="Gradient of _sum_to_like: the head gradient broadcast back to data's shape."))
-_sum_to_like.gradient = lambda g, node, og: [
-    g.op("_backward__sum_to_like", [og[0], node.inputs[0]])[0] if g.need[0] else None, None]
+register_backward(
+    _sum_to_like, reads_inputs=(0,), inputs_for_shape_only=True, no_grad=(1,),
+    lower=lambda p, ctx, og, ins, outs: [jnp.broadcast_to(og[0], ins[0].shape), None],
+    infer_shape=lambda p, s: (s, [s[1]]), category="injective")
 
 
 # --------------------------------------------------------------------------
@@ -190,24 +186,29 @@ def _softmax_flops(p, in_shapes, out_shapes):
     return 5 * numel(in_shapes[0])  # max, subtract, exp, sum, divide
 
 
+def _softmax_backward_flops(p, in_shapes, out_shapes):
+    return 4 * numel(out_shapes[0])  # multiply, sum, subtract, scale
+
+
 _softmax = register(OpDef(
     name="softmax", attrs=SOFTMAX_ATTRS,
     lower=lambda p, ctx, x: jax.nn.softmax(_scaled(p, x), axis=p.axis), infer_shape=_check_axis,
     inplace=[(0, 0)], category="opaque", flops=_softmax_flops, samples=SOFTMAX_SAMPLES,
-    doc="softmax(x / temperature) along axis."))
+    family="activation", doc="softmax(x / temperature) along axis."))
 # y = softmax(x / T); dx = y (dy - sum(dy y, axis)) / T  -- reads only y
 register_backward(
     _softmax, reads_inputs=(), reads_outputs=(0,), infer_shape=same_shape_bwd, inplace=[(0, 0)],
-    lower=lambda p, ctx, og, ins, outs: [
+    flops=_softmax_backward_flops, lower=lambda p, ctx, og, ins, outs: [
         outs[0] * (og[0] - jnp.sum(og[0] * outs[0], axis=p.axis, keepdims=True)) * _inv_t(p)])
 
 _log_softmax = register(OpDef(
     name="log_softmax", attrs=SOFTMAX_ATTRS,
     lower=lambda p, ctx, x: jax.nn.log_softmax(_scaled(p, x), axis=p.axis),
     infer_shape=_check_axis, inplace=[(0, 0)], category="opaque", flops=_softmax_flops,
-    samples=SOFTMAX_SAMPLES, doc="log(softmax(x / temperature)) along axis."))
+    family="activation", samples=SOFTMAX_SAMPLES,
+    doc="log(softmax(x / temperature)) along axis."))
 # y = log_softmax(x / T); dx = (dy - exp(y) sum(dy, axis)) / T  -- reads only y
 register_backward(
     _log_softmax, reads_inputs=(), reads_outputs=(0,), infer_shape=same_shape_bwd,
-    inplace=[(0, 0)], lower=lambda p, ctx, og, ins, outs: [
+    inplace=[(0, 0)], flops=_softmax_backward_flops, lower=lambda p, ctx, og, ins, outs: [
         (og[0] - jnp.exp(outs[0]) * jnp.sum(og[0], axis=p.axis, keepdims=True)) * _inv_t(p)])

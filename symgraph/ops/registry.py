@@ -3,10 +3,12 @@
 An OpDef carries the attribute schema (MXNet-style strings such as
 ``"(3, 3)"`` or ``"True"`` as well as Python values), the names of its
 inputs, aux states and outputs, shape and dtype inference (including the
-inference of parameter shapes from the data shape), its gradient rule,
-inplace options, fusion category, FLOP count and JAX lowering, plus sample
+inference of parameter shapes from the data shape), its gradient rule (and,
+for a backward op, what it reads), inplace options, fusion category, op
+family (pictures and XLA's temp breakdown), FLOP count, what the lowering's
+memory measures may do to its backward, and its JAX lowering, plus sample
 attributes that the registry-driven tests use. Adding an op touches one
-file: the family module that registers it.
+file: the family module that registers it (docs/design.md, "Adding an op").
 """
 from __future__ import annotations
 
@@ -22,9 +24,12 @@ import numpy as np
 from ..errors import OpError, ShapeError
 from ..util import short_repr
 
-Shape = tuple  # a tuple of ints
 # the fusion categories an op may declare
 CATEGORIES = ("elementwise", "injective", "reduction", "opaque")
+# the op families: viz colours nodes by them (convolution, matmul and
+# embedding alike as layers), XLA's temp breakdown names values by them
+FAMILIES = ("convolution", "matmul", "embedding", "activation", "normalization", "pooling",
+            "shape", "loss", "elementwise", "other")
 
 REQUIRED = object()
 
@@ -126,10 +131,6 @@ def bool_attr(v) -> bool:
     raise ValueError(f"expected True or False, got {short_repr(v)}")
 
 
-def str_attr(v) -> str:
-    return str(v)
-
-
 def choice_attr(*choices: str) -> Callable[[Any], str]:
     def parse(v):
         s = str(v)
@@ -212,6 +213,21 @@ def _const(value):
     return lambda p: value
 
 
+_CATEGORY_FAMILY = {"elementwise": "elementwise", "injective": "shape"}
+
+
+def _out_elements(p, in_shapes, out_shapes):
+    return sum(numel(s) for s in out_shapes)
+
+
+def _in_elements(p, in_shapes, out_shapes):
+    return sum(numel(s) for s in in_shapes)
+
+
+_CATEGORY_FLOPS = {"elementwise": _out_elements, "injective": lambda p, ins, outs: 0,
+                   "reduction": _in_elements}
+
+
 @dataclass(eq=False)
 class OpDef:
     """Everything about one op. See the module docstring.
@@ -238,6 +254,19 @@ class OpDef:
         channels-last too; None where the op has none. The lowering's
         ``layout='NHWC'`` measure keeps activations that way between such
         ops (and layout-free elementwise ops) instead of copying them.
+    family: one of ``FAMILIES``; default 'loss' for loss ops, else from the
+        category (elementwise -> 'elementwise', injective -> 'shape', others
+        'other'). A backward op has its forward op's.
+    flops(p, in_shapes, out_shapes) -> int: floating-point operations of one
+        run (the recompute cost model weighs ops by it). Default by category:
+        elementwise one per output element, injective none, reduction one per
+        input element; an opaque op must give its own.
+    anchor_weights: the lowering's ``anchor='weights'`` measure ties this
+        op's backward node to its incoming gradient (layers with a weight).
+    split_wgrad: this op's backward computes its weight gradient with
+        ``ctx.linear_grads``, which the ``wgrad_chunks`` measure sums over
+        batch slices; the lowering sets ``ctx.wgrad_chunks`` for it only.
+    forward: a backward op's forward op (``register_backward`` sets it).
     """
 
     name: str
@@ -257,6 +286,10 @@ class OpDef:
     is_loss: bool = False
     needs_rng: bool = False
     channels_last: Callable | None = None
+    family: str | None = None
+    anchor_weights: bool = False
+    split_wgrad: bool = False
+    forward: OpDef | None = None
     samples: Sequence[Sample] = ()
     doc: str = ""
     aliases: Sequence[str] = ()
@@ -275,6 +308,14 @@ class OpDef:
         if self.category not in CATEGORIES:
             raise OpError(f"op '{self.name}': category {self.category!r} is not one of "
                           f"{', '.join(CATEGORIES)}")
+        if self.family is None:
+            self.family = "loss" if self.is_loss else _CATEGORY_FAMILY.get(self.category,
+                                                                           "other")
+        if self.family not in FAMILIES:
+            raise OpError(f"op '{self.name}': family {self.family!r} is not one of "
+                          f"{', '.join(FAMILIES)}")
+        if self.flops is None:
+            self.flops = _CATEGORY_FLOPS.get(self.category)  # opaque: the op's own
 
     # names and counts
     def arg_names(self, p) -> list[str]:

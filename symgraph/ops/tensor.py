@@ -47,6 +47,16 @@ def _zero_flops(p, in_shapes, out_shapes):
     return 0  # data movement only
 
 
+# y = x on another device (nnvm's _CrossDeviceCopy). The placement pass
+# (passes/place.py) inserts one on every edge between devices and its side
+# table says where each runs; inside one program it is the identity, and the
+# staged runner (parallel/placement.py) moves the value. The gradient is the
+# copy back. No inplace: input and output live on different devices.
+register(OpDef(name="_CrossDeviceCopy", lower=lambda p, ctx, x: x, infer_shape=same_shape,
+               category="opaque", samples=X, flops=_zero_flops,
+               gradient=lambda g, node, og: [g.op("_CrossDeviceCopy", [og[0]])[0]]))
+
+
 # --------------------------------------------------------------------------
 # Reshape: MXNet's codes 0 (copy a dim), -1 (infer), -2 (copy the rest),
 # -3 (merge two dims), -4 (split a dim in two); reverse matches from the right
@@ -536,7 +546,7 @@ _cast = register(OpDef(
     name="Cast", attrs={"dtype": Attr(_cast_dtype, doc="the output dtype")},
     lower=lambda p, ctx, x: x.astype(p.dtype), infer_shape=same_shape,
     infer_type=lambda p, t, n: (t, [p.dtype]), category="elementwise",
-    flops=elementwise_flops, aliases=("cast",),
+    flops=elementwise_flops, family="shape", aliases=("cast",),
     samples=[Sample({"dtype": "float64"}, [(3, 4)]),
              # float64 -> float32: the head gradient is float32, the input's
              # gradient float64 again (the registry test feeds heads of the
@@ -548,11 +558,8 @@ _cast = register(OpDef(
 
 
 # y = cast(x, t); dx = cast(dy, x.dtype)  (reads x's dtype only)
-_cast.gradient = lambda g, node, og: [
-    g.op("_backward_Cast", [og[0], node.inputs[0]], _attrs_of(node))[0]]
-register(OpDef(
-    name="_backward_Cast", attrs={"dtype": Attr(_cast_dtype)}, arguments=("ograd", "data"),
-    outputs=("grad_data",), lower=lambda p, ctx, dy, x: dy.astype(x.dtype),
+register_backward(
+    _cast, reads_inputs=(0,), inputs_for_shape_only=True,
+    lower=lambda p, ctx, og, ins, outs: [og[0].astype(ins[0].dtype)],
     infer_shape=lambda p, s: (s, [unify(s)]), infer_type=lambda p, t, n: (t, [t[1]]),
-    shape_inputs=(1,), category="elementwise", flops=elementwise_flops,
-    doc="Gradient of Cast: the head gradient cast back to the input's dtype."))
+    flops=elementwise_flops)

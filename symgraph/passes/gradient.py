@@ -30,9 +30,12 @@ HEAD_GRAD_SUFFIX = "_head_grad"
 class GradBuilder:
     """What a gradient rule may use: make nodes, read outputs, know needs."""
 
-    def __init__(self, taken: set[str]):
+    def __init__(self, taken: set[str], origin: dict | None = None):
         self._taken = taken
         self.need: list[bool] = []
+        # backward node name -> the forward node whose rule made it (placement:
+        # a gradient node runs on its forward node's device, as in nnvm)
+        self.origin = {} if origin is None else origin
 
     def unique(self, base: str) -> str:
         name, k = base, 1
@@ -46,6 +49,7 @@ class GradBuilder:
         """Creates a node of a registered op; returns its outputs."""
         name = self.unique(f"{base or self._current}_{suffix}")
         node = Node(get_op(opname), name, attrs or {}, list(inputs))
+        self.origin[name] = self._current
         return [Entry(node, i) for i in range(node.num_outputs)]
 
     def output(self, node: Node, i: int) -> Entry:
@@ -75,12 +79,13 @@ def build_gradient(graph: Graph, wrt: Sequence[str]) -> Graph:
     return build_gradient_with_heads(graph, wrt)[0]
 
 
-def build_gradient_with_heads(graph: Graph, wrt: Sequence[str]
+def build_gradient_with_heads(graph: Graph, wrt: Sequence[str], origin: dict | None = None
                               ) -> tuple[Graph, list[tuple[str, int]]]:
     """``build_gradient``'s graph, and its head-gradient variables as
     ``(variable name, index of the graph output it is the gradient of)``
     pairs in output order (loss outputs and outputs no gradient reaches have
-    none)."""
+    none). ``origin``, if given, is filled with backward node name -> name
+    of the forward node (or variable) whose gradient made it."""
     by_name = {n.name: n for n in graph.arguments}
     for name in wrt:
         if name not in by_name:
@@ -88,7 +93,7 @@ def build_gradient_with_heads(graph: Graph, wrt: Sequence[str]
                              f"argument of the graph ({', '.join(by_name) or 'none'})")
     wrt_nodes = [by_name[n] for n in wrt]
     reach = _needs_gradient(graph, {id(n) for n in wrt_nodes})
-    g = GradBuilder({n.name for n in graph.nodes})
+    g = GradBuilder({n.name for n in graph.nodes}, origin)
 
     # contributions to each entry's gradient, keyed by (node id, output index)
     contrib: dict[tuple[int, int], list[Entry]] = {}
@@ -168,7 +173,8 @@ class TrainingSplit:
         self.graph = graph
         self.wrt = list(wrt)
         self.num_outputs = len(graph.outputs)
-        self.full, heads = build_gradient_with_heads(graph, self.wrt)
+        self.origin: dict[str, str] = {}  # backward node -> its forward node
+        self.full, heads = build_gradient_with_heads(graph, self.wrt, self.origin)
         fwd_ids = {id(n) for n in graph.nodes}
         saved: dict[str, Entry] = {}
         for n in self.full.nodes:

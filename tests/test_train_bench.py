@@ -7,11 +7,10 @@ import sys
 
 import jax
 
-from helpers import load_script
-
 
 def _bench():
-    return load_script("benchmarks", "train_throughput.py")
+    from symgraph.bench import train
+    return train
 
 
 def test_quick_benchmark_writes_json_markdown_and_chart(tmp_path):

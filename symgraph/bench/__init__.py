@@ -2,27 +2,41 @@
 
     symgraph bench memory [--nets vgg16,inception-bn] [--batch 32,64,128]
                           [--out DIR] [--quick]
-    symgraph bench planner [ARGS ...]   (benchmarks/planner_speed.py)
-    symgraph bench train [ARGS ...]     (benchmarks/train_throughput.py)
+    symgraph bench planner [ARGS ...]   (symgraph/bench/planner.py)
+    symgraph bench train [ARGS ...]     (symgraph/bench/train.py)
 
-Each writes JSON, a markdown table and PNG charts under a results folder.
-The planner and training benchmarks are scripts in the repository's
-``benchmarks/`` folder; their arguments pass through unchanged.
+Each writes JSON, a markdown table (and PNG charts) under a results
+folder: ``--out``, or ``./bench-results/NAME`` under the current folder
+(``NAME-quick`` with ``--quick``). Only an explicit ``--out`` writes into a
+checkout's committed ``benchmarks/results/``, so a smoke test or a partial
+run never replaces a full one. The benchmarks live in the package, so an
+installed symgraph runs them from any folder; ``benchmarks/*.py`` in a
+checkout are thin wrappers of the same code. The planner and training
+benchmarks parse their own arguments (they pass through unchanged).
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import os
 
 from ..errors import SymgraphError
 
-# bench name -> script in the repository's benchmarks/ folder
-SCRIPTS = {"planner": "planner_speed.py", "train": "train_throughput.py"}
+# bench name -> (module of this package with main(argv), one-line help)
+SCRIPTS = {"planner": ("planner", "time sg.plan on random DAGs, chains and ResNet-152"),
+           "train": ("train", "symgraph's training step beside a hand-written JAX step")}
+RESULTS_ROOT = "bench-results"
 
 
 class BenchError(SymgraphError):
     """A benchmark that cannot run here."""
+
+
+def default_out(name: str, quick: bool = False) -> str:
+    """Where a benchmark writes without ``--out``: ``bench-results/NAME``
+    (``NAME-quick``) under the current folder -- never the committed
+    results, which only an explicit ``--out`` replaces."""
+    return os.path.join(RESULTS_ROOT, f"{name}-quick" if quick else name)
 
 
 def add_arguments(parser) -> None:
@@ -31,9 +45,8 @@ def add_arguments(parser) -> None:
     m = subs.add_parser("memory", help="memory plans of the zoo nets beside XLA and MXNet",
                         description=memory.__doc__.strip().split("\n\n")[0])
     memory.add_arguments(m)
-    for name, script in SCRIPTS.items():
-        s = subs.add_parser(name, help=f"benchmarks/{script} (arguments pass through)",
-                            add_help=False)
+    for name, (_module, text) in SCRIPTS.items():
+        s = subs.add_parser(name, help=f"{text} (--help lists the options)", add_help=False)
         # argparse's REMAINDER still rejects a leading option (`--steps 3`),
         # so this parser takes every remaining word as the script's argv
         s.__class__ = type("PassThroughParser", (type(s),), {"parse_known_args": _pass_through})
@@ -50,21 +63,11 @@ def run(args) -> int:
         from . import memory
         return memory.run(args)
     if args.bench in SCRIPTS:
-        return script_main(SCRIPTS[args.bench])(list(args.args))
+        return script_main(SCRIPTS[args.bench][0])(list(args.args))
     from ..cli import UsageError
     raise UsageError("symgraph bench: choose memory, planner or train")
 
 
-def script_main(script: str):
-    """``main(argv)`` of a script in the repository's benchmarks/ folder."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), "benchmarks", script)
-    if not os.path.exists(path):
-        raise BenchError(f"benchmarks/{script} is not in this checkout; run "
-                         f"`symgraph bench` from a source checkout of symgraph")
-    spec = importlib.util.spec_from_file_location(f"_symgraph_bench_{script[:-3]}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not hasattr(module, "main"):
-        raise BenchError(f"benchmarks/{script} has no main(argv)")
-    return module.main
+def script_main(name: str):
+    """``main(argv)`` of the benchmark module ``name`` of this package."""
+    return importlib.import_module(f"{__name__}.{name}").main

@@ -1,0 +1,478 @@
+#!/usr/bin/env python3
+"""Training throughput: symgraph's compiled training step beside a plain-JAX
+step written by hand for the same net, measured side by side in one run.
+
+    symgraph bench train [--nets resnet,vgg] [--batch 32,64,128]
+        [--devices 1,2,4,8] [--image 32] [--steps 3] [--rounds 5]
+        [--out DIR] [--quick]
+    python benchmarks/train_throughput.py [the same arguments]
+
+Two small CIFAR-sized nets: a ResNet-style one (a BatchNorm stem and three
+stages of one basic block each, widths 16/32/64, global average pooling)
+and a VGG-style one (two 3x3 convolutions per stage at widths 32/64/128,
+max pooling, a 256-wide hidden layer). For every net, batch size and
+device count it times
+
+- symgraph: ``Module.train_step`` -- one XLA program with the forward, the
+  explicit backward graph, the gradient sum over devices and the SGD
+  update, parameters donated;
+- plain JAX: the same net written with ``jax.lax`` ops, ``jax.grad`` of the
+  summed cross-entropy and the same SGD-with-momentum update in one
+  ``jax.jit`` program, data parallel through ``jax.shard_map`` with a
+  ``psum`` of the gradients (``check_vma=False``), parameters donated;
+
+on the same fixed batch already on the devices (so the input pipeline is
+not measured), ``steps`` steps per timing, ``rounds`` rounds alternating
+the two (and which goes first), keeping each side's best round. Both start from the same weights;
+the relative difference of their first updates (the norm of the
+difference of the two parameter changes over the norm of plain JAX's,
+all parameters together) is reported too, as a check that the two compute
+the same thing. The ratio is
+symgraph samples/s over plain-JAX samples/s (above 1: symgraph faster).
+
+On a CPU-only machine the devices are simulated CPU devices (8, asked for
+with ``jax_num_cpu_devices`` before the JAX backend starts, unless XLA_FLAGS
+already names a count); they share the machine's cores, so more devices do not mean more
+throughput there. Results: results.json, results.md and throughput.png in
+the output folder, each written atomically: ``--out``, or by default
+``./bench-results/train`` (``./bench-results/train-quick`` with
+``--quick``) under the current folder -- the committed results in
+``benchmarks/results/train`` are replaced only when ``--out`` names them.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import symgraph as sg
+
+from ..cli import UsageError
+from ..util import atomic_open, atomic_write_text
+from . import default_out
+
+SIMULATED_DEVICES = 8  # CPU devices asked for, enough for the default grid
+CLASSES = 10
+LR, MOMENTUM = 0.01, 0.9
+BN_EPS, BN_MOMENTUM = 2e-5, 0.9
+
+# --------------------------------------------------------------------------
+# the nets in symgraph
+# --------------------------------------------------------------------------
+S = sg.sym
+VGG_STAGES = (32, 64, 128)
+RESNET_STAGES = ((16, 1), (32, 2), (64, 2))
+
+
+def vgg_symbol():
+    x = S.Variable("data")
+    for i, width in enumerate(VGG_STAGES):
+        for j in range(2):
+            x = S.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=width,
+                              name=f"conv{i}_{j}")
+            x = S.Activation(x, act_type="relu", name=f"relu{i}_{j}")
+        x = S.Pooling(x, kernel=(2, 2), stride=(2, 2), pool_type="max", name=f"pool{i}")
+    x = S.Flatten(x, name="flatten")
+    x = S.FullyConnected(x, num_hidden=256, name="fc1")
+    x = S.Activation(x, act_type="relu", name="relu_fc1")
+    x = S.FullyConnected(x, num_hidden=CLASSES, name="fc2")
+    return S.SoftmaxOutput(x, name="softmax")
+
+
+def _bn(x, name):
+    return S.BatchNorm(x, fix_gamma=False, eps=BN_EPS, momentum=BN_MOMENTUM, name=name)
+
+
+def resnet_symbol():
+    x = S.Convolution(S.Variable("data"), kernel=(3, 3), pad=(1, 1), num_filter=16,
+                      no_bias=True, name="stem_conv")
+    x = S.Activation(_bn(x, "stem_bn"), act_type="relu", name="stem_relu")
+    width_in = 16
+    for i, (width, stride) in enumerate(RESNET_STAGES):
+        y = S.Convolution(x, kernel=(3, 3), pad=(1, 1), stride=(stride, stride),
+                          num_filter=width, no_bias=True, name=f"s{i}_conv1")
+        y = S.Activation(_bn(y, f"s{i}_bn1"), act_type="relu", name=f"s{i}_relu1")
+        y = S.Convolution(y, kernel=(3, 3), pad=(1, 1), num_filter=width, no_bias=True,
+                          name=f"s{i}_conv2")
+        y = _bn(y, f"s{i}_bn2")
+        short = x if (width == width_in and stride == 1) else S.Convolution(
+            x, kernel=(1, 1), stride=(stride, stride), num_filter=width, no_bias=True,
+            name=f"s{i}_short")
+        x = S.Activation(y + short, act_type="relu", name=f"s{i}_relu2")
+        width_in = width
+    x = S.Pooling(x, global_pool=True, kernel=(1, 1), pool_type="avg", name="gap")
+    x = S.FullyConnected(S.Flatten(x, name="flatten"), num_hidden=CLASSES, name="fc")
+    return S.SoftmaxOutput(x, name="softmax")
+
+
+# --------------------------------------------------------------------------
+# the same nets in plain JAX (NCHW, the parameters named as symgraph names them)
+# --------------------------------------------------------------------------
+def _conv(x, w, b=None, stride=1, pad=1):
+    y = lax.conv_general_dilated(x, w, (stride, stride), [(pad, pad), (pad, pad)],
+                                 dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return y if b is None else y + b[None, :, None, None]
+
+
+def _maxpool(x):
+    return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+
+def _batchnorm(x, p, aux, name, new_aux):
+    mean = x.mean(axis=(0, 2, 3))
+    var = jnp.square(x - mean[None, :, None, None]).mean(axis=(0, 2, 3))
+    new_aux[f"{name}_moving_mean"] = aux[f"{name}_moving_mean"] * BN_MOMENTUM + \
+        lax.stop_gradient(mean) * (1 - BN_MOMENTUM)
+    new_aux[f"{name}_moving_var"] = aux[f"{name}_moving_var"] * BN_MOMENTUM + \
+        lax.stop_gradient(var) * (1 - BN_MOMENTUM)
+    scale = p[f"{name}_gamma"] * lax.rsqrt(var + BN_EPS)
+    return (x - mean[None, :, None, None]) * scale[None, :, None, None] + \
+        p[f"{name}_beta"][None, :, None, None]
+
+
+def vgg_plain(p, aux, x):
+    for i in range(len(VGG_STAGES)):
+        for j in range(2):
+            x = jax.nn.relu(_conv(x, p[f"conv{i}_{j}_weight"], p[f"conv{i}_{j}_bias"]))
+        x = _maxpool(x)
+    x = x.reshape(x.shape[0], -1)
+    x = jax.nn.relu(x @ p["fc1_weight"].T + p["fc1_bias"])
+    return x @ p["fc2_weight"].T + p["fc2_bias"], {}
+
+
+def resnet_plain(p, aux, x):
+    new_aux: dict = {}
+    x = jax.nn.relu(_batchnorm(_conv(x, p["stem_conv_weight"]), p, aux, "stem_bn", new_aux))
+    width_in = 16
+    for i, (width, stride) in enumerate(RESNET_STAGES):
+        y = _conv(x, p[f"s{i}_conv1_weight"], stride=stride)
+        y = jax.nn.relu(_batchnorm(y, p, aux, f"s{i}_bn1", new_aux))
+        y = _batchnorm(_conv(y, p[f"s{i}_conv2_weight"]), p, aux, f"s{i}_bn2", new_aux)
+        short = x if (width == width_in and stride == 1) else \
+            _conv(x, p[f"s{i}_short_weight"], stride=stride, pad=0)
+        x = jax.nn.relu(y + short)
+        width_in = width
+    x = x.mean(axis=(2, 3))
+    return x @ p["fc_weight"].T + p["fc_bias"], new_aux
+
+
+NETS = {"resnet": (resnet_symbol, resnet_plain), "vgg": (vgg_symbol, vgg_plain)}
+
+
+def plain_step_fn(forward, devices: list, batch: int):
+    """The hand-written training step: jax.grad of the summed cross-entropy
+    (the gradient SoftmaxOutput starts), a psum over devices, MXNet's SGD
+    with momentum and rescale 1/batch, in one jitted program."""
+    n = len(devices)
+
+    def local(params, mom, aux, x, y):
+        def loss(p):
+            logits, new_aux = forward(p, aux, x)
+            logp = jax.nn.log_softmax(logits)
+            return -jnp.sum(jnp.take_along_axis(logp, y[:, None].astype(jnp.int32), 1)), \
+                (jax.nn.softmax(logits), new_aux)
+
+        grads, (probs, new_aux) = jax.grad(loss, has_aux=True)(params)
+        if n > 1:
+            grads = lax.psum(grads, "batch")
+            new_aux = lax.pmean(new_aux, "batch")
+        mom = jax.tree.map(lambda m, g: MOMENTUM * m - LR * (g / batch), mom, grads)
+        params = jax.tree.map(lambda w, m: w + m, params, mom)
+        return params, mom, {**aux, **new_aux}, probs
+
+    if n == 1:
+        return jax.jit(local, donate_argnums=(0, 1, 2))
+    mesh = Mesh(np.array(devices), ("batch",))
+    fn = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P(), P("batch"), P("batch")),
+                       out_specs=(P(), P(), P(), P("batch")), check_vma=False)
+    return jax.jit(fn, donate_argnums=(0, 1, 2))
+
+
+# --------------------------------------------------------------------------
+# one measurement
+# --------------------------------------------------------------------------
+def _timed(fn, steps: int) -> float:
+    t0 = time.perf_counter()
+    out = None
+    for _ in range(steps):
+        out = fn()
+    jax.block_until_ready(out)
+    return time.perf_counter() - t0
+
+
+def measure(net: str, batch: int, devices: list, image: int, steps: int, rounds: int,
+            seed: int = 0) -> dict:
+    build, forward = NETS[net]
+    symbol = build()
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(batch, 3, image, image)).astype(np.float32)
+    y = rng.integers(0, CLASSES, batch).astype(np.float32)
+
+    mod = sg.mod.Module(symbol, context=[sg.Context.of(d) for d in devices])
+    mod.bind([("data", x.shape)], [("softmax_label", y.shape)])
+    mod.init_params(sg.init.Xavier(magnitude=2.0), seed=seed)
+    arg, aux = mod.get_params()
+    init_p = {k: v.asnumpy() for k, v in arg.items()}
+    init_aux = {k: v.asnumpy() for k, v in aux.items()}
+    mod.init_optimizer(optimizer="sgd", optimizer_params={"learning_rate": LR,
+                                                          "momentum": MOMENTUM})
+    placed = mod.prepare_batch(sg.io.DataBatch([x], [y]))
+
+    plain = plain_step_fn(forward, devices, batch)
+    if len(devices) > 1:
+        mesh = Mesh(np.array(devices), ("batch",))
+        rep, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("batch"))
+    else:
+        rep = split = jax.sharding.SingleDeviceSharding(devices[0])
+    state = {"p": jax.device_put(init_p, rep),
+             "m": jax.device_put({k: np.zeros_like(v) for k, v in init_p.items()}, rep),
+             "a": jax.device_put(init_aux, rep)}
+    px, py = jax.device_put(x, split), jax.device_put(y, split)
+
+    def sym_step():
+        mod.train_step(placed)
+        return mod._outputs
+
+    def plain_step():
+        state["p"], state["m"], state["a"], probs = plain(state["p"], state["m"], state["a"],
+                                                          px, py)
+        return probs
+
+    # first step: compile time, and the check that both compute the same
+    t0 = time.perf_counter()
+    jax.block_until_ready(sym_step())
+    sym_compile = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    jax.block_until_ready(plain_step())
+    plain_compile = time.perf_counter() - t0
+    got = {k: v.asnumpy() - init_p[k] for k, v in mod.get_params()[0].items()}
+    want = {k: np.asarray(v) - init_p[k] for k, v in state["p"].items()}
+    diff = float(np.sqrt(sum(np.sum(np.square(got[k] - want[k])) for k in want) /
+                         sum(np.sum(np.square(want[k])) for k in want)))
+    sym_step(), plain_step()  # warm
+    best_sym = best_plain = float("inf")
+    for i in range(rounds):  # alternating which side goes first
+        for side in ((sym_step, plain_step) if i % 2 == 0 else (plain_step, sym_step)):
+            t = _timed(side, steps)
+            if side is sym_step:
+                best_sym = min(best_sym, t)
+            else:
+                best_plain = min(best_plain, t)
+    sym_sps, plain_sps = batch * steps / best_sym, batch * steps / best_plain
+    return {"net": net, "batch": batch, "devices": len(devices),
+            "platform": devices[0].platform, "image": image, "steps": steps,
+            "rounds": rounds,
+            "symgraph_samples_per_s": sym_sps, "plain_samples_per_s": plain_sps,
+            "ratio": sym_sps / plain_sps,
+            "symgraph_step_ms": 1e3 * best_sym / steps, "plain_step_ms": 1e3 * best_plain / steps,
+            "symgraph_first_step_s": sym_compile, "plain_first_step_s": plain_compile,
+            "rel_update_diff_after_step1": diff}
+
+
+# --------------------------------------------------------------------------
+# the run and its report
+# --------------------------------------------------------------------------
+def _ints(text: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got "
+                                         f"{text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit 2 (via symgraph's CLI or __main__ below)
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def parse_args(argv):
+    p = _Parser(prog="symgraph bench train", description=__doc__.strip().split("\n\n")[0])
+    p.add_argument("--nets", default="resnet,vgg", help="comma-separated: resnet, vgg")
+    p.add_argument("--batch", type=_ints, help="global batch sizes (default 32,64,128)")
+    p.add_argument("--devices", type=_ints, help="device counts (default 1,2,4,8)")
+    p.add_argument("--image", type=int, help="image height and width (default 32)")
+    p.add_argument("--steps", type=int, help="steps per timing (default 3)")
+    p.add_argument("--rounds", type=int, help="timings per side, best kept (default 5)")
+    p.add_argument("--out", help="results folder (default: ./bench-results/train, with "
+                   "--quick ./bench-results/train-quick, under the current folder)")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny defaults for a smoke test: batch 8, 8x8 images, 1 and 2 "
+                        "devices, 2 steps, 1 round (explicit options still apply)")
+    args = p.parse_args(argv)
+    args.out = args.out or default_out("train", args.quick)
+    args.nets = [n.strip() for n in args.nets.split(",") if n.strip()]
+    bad = [n for n in args.nets if n not in NETS]
+    if bad:
+        p.error(f"unknown net(s) {bad}; choose from {sorted(NETS)}")
+    defaults = dict(batch=[8], devices=[1, 2], image=8, steps=2, rounds=1) if args.quick else \
+        dict(batch=[32, 64, 128], devices=[1, 2, 4, 8], image=32, steps=3, rounds=5)
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if min(args.image, args.steps, args.rounds) < 1:
+        p.error("--image, --steps and --rounds must be positive")
+    return args
+
+
+def machine() -> dict:
+    info = {"platform": platform.platform(), "python": platform.python_version(),
+            "cpu_count": os.cpu_count(), "machine": platform.machine()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return info
+
+
+def markdown(result: dict) -> str:
+    lines = [f"# Training throughput ({result['date']})", "",
+             f"{result['device_kind']}; {result['machine'].get('cpu', result['machine']['machine'])}"
+             f", {result['machine']['cpu_count']} cores. jax {result['versions']['jax']}, "
+             f"symgraph {result['versions']['symgraph']}. 1-minute load average "
+             f"{result['load_average_1min']['start']} at the start, "
+             f"{result['load_average_1min']['end']} at the end.", "",
+             "samples/s of one training step (forward, backward, gradient sum over devices, "
+             "SGD with momentum) on a fixed batch already on the devices; symgraph's "
+             "`Module.train_step` beside a hand-written plain-JAX step of the same net, "
+             "measured in the same run, best of "
+             f"{result['config']['rounds']} rounds of {result['config']['steps']} steps. "
+             "*ratio* = symgraph / plain JAX. *diff*: relative difference of the two sides' "
+             "first updates, ||d_sg - d_plain|| / ||d_plain|| over all parameters (same "
+             "starting weights).", ""]
+    if result.get("skipped"):
+        lines += [f"Skipped: {result['skipped']}", ""]
+    lines += ["| net | devices | batch | symgraph samples/s | plain JAX samples/s | ratio | "
+              "symgraph ms/step | plain ms/step | first step s (sg / plain) | diff |",
+              "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['net']} | {r['devices']} | {r['batch']} | "
+                     f"{r['symgraph_samples_per_s']:,.0f} | {r['plain_samples_per_s']:,.0f} | "
+                     f"{r['ratio']:.2f} | {r['symgraph_step_ms']:.2f} | {r['plain_step_ms']:.2f} | "
+                     f"{r['symgraph_first_step_s']:.1f} / {r['plain_first_step_s']:.1f} | "
+                     f"{r['rel_update_diff_after_step1']:.1e} |")
+    ratios = [r["ratio"] for r in result["rows"]]
+    if ratios:
+        lines += ["", f"Geometric mean ratio: {float(np.exp(np.mean(np.log(ratios)))):.2f} "
+                  f"(min {min(ratios):.2f}, max {max(ratios):.2f})."]
+    return "\n".join(lines) + "\n"
+
+
+def chart(result: dict, path: str) -> bool:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    nets = sorted({r["net"] for r in result["rows"]})
+    if not nets:  # no rows: no chart (subplots of zero columns is an error)
+        return False
+    fig, axes = plt.subplots(1, len(nets), figsize=(6 * len(nets), 4), squeeze=False)
+    for ax, net in zip(axes[0], nets):
+        rows = [r for r in result["rows"] if r["net"] == net]
+        for dev in sorted({r["devices"] for r in rows}):
+            sel = sorted((r for r in rows if r["devices"] == dev), key=lambda r: r["batch"])
+            b = [r["batch"] for r in sel]
+            line, = ax.plot(b, [r["symgraph_samples_per_s"] for r in sel], "o-",
+                            label=f"symgraph, {dev} dev")
+            ax.plot(b, [r["plain_samples_per_s"] for r in sel], "x--", color=line.get_color(),
+                    label=f"plain JAX, {dev} dev")
+        ax.set_title(f"{net}: training samples/s")
+        ax.set_xlabel("global batch size")
+        ax.set_ylabel("samples/s")
+        ax.set_xscale("log", base=2)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _load() -> float | None:
+    """The 1-minute load average: other work on the machine slows both sides
+    (the ratio less, as they alternate), so the report records it."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def request_cpu_devices(n: int = SIMULATED_DEVICES) -> str | None:
+    """Asks JAX for ``n`` simulated CPU devices. This works until the JAX
+    backend starts (first device use), not merely until ``import jax`` --
+    the ``symgraph`` CLI has imported JAX before it loads this script, so
+    an XLA_FLAGS set here would come too late. A device count already in
+    XLA_FLAGS or in the config is the user's and is kept. Returns a one-line
+    note when the backend was already up (its devices are used as they are)."""
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "") or \
+            jax.config.jax_num_cpu_devices != -1:
+        return None
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError:  # jax raises this once the backend is initialised
+        return (f"note: JAX was already started, so {n} simulated CPU devices could not be "
+                f"requested; using the {len(jax.devices())} device(s) it has")
+    return None
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    note = request_cpu_devices()
+    if note:
+        print(note, flush=True)
+    load_at_start = _load()
+    available = jax.devices()
+    counts = [d for d in args.devices if d <= len(available)]
+    skipped = [d for d in args.devices if d > len(available)]
+    runnable = [(n, d, b) for n in args.nets for d in counts for b in args.batch if b % d == 0]
+    if not runnable:  # nothing to measure: say why, and leave earlier results alone
+        why = f"device counts {skipped} exceed the {len(available)} " \
+              f"{available[0].platform} device(s) here" if skipped else \
+              f"no batch size in {args.batch} splits evenly over {counts} device(s)"
+        print(f"nothing to run: {why}", flush=True)
+        return 0
+    rows = []
+    for net, dev, batch in runnable:
+        row = measure(net, batch, available[:dev], args.image, args.steps, args.rounds)
+        rows.append(row)
+        print(f"{net:7s} devices={dev} batch={batch:4d}  symgraph "
+              f"{row['symgraph_samples_per_s']:9.0f}/s  plain "
+              f"{row['plain_samples_per_s']:9.0f}/s  ratio {row['ratio']:.2f}  "
+              f"diff {row['rel_update_diff_after_step1']:.1e}", flush=True)
+    result = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "device_kind": f"{len(available)} x {available[0].device_kind} "
+                       f"({available[0].platform})",
+        "machine": machine(),
+        "load_average_1min": {"start": load_at_start, "end": _load()},
+        "versions": {"symgraph": sg.__version__, "jax": jax.__version__,
+                     "numpy": np.__version__},
+        "config": {"nets": args.nets, "batch": args.batch, "devices": args.devices,
+                   "image": args.image, "steps": args.steps, "rounds": args.rounds,
+                   "quick": args.quick, "lr": LR, "momentum": MOMENTUM},
+        "skipped": (f"device counts {skipped}: this machine has {len(available)} "
+                    f"{available[0].platform} device(s)") if skipped else None,
+        "rows": rows,
+    }
+    os.makedirs(args.out, exist_ok=True)
+    atomic_write_text(os.path.join(args.out, "results.json"), json.dumps(result, indent=1))
+    atomic_write_text(os.path.join(args.out, "results.md"), markdown(result))
+    chart(result, os.path.join(args.out, "throughput.png"))
+    print(f"wrote {os.path.join(args.out, 'results.md')}")
+    return 0
+

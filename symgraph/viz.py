@@ -56,44 +56,18 @@ FAMILY_COLORS = {
     "elementwise": "#fccde5",
     "other": "#d9d9d9",
 }
-
-_FAMILY_OF_OP = {
-    **dict.fromkeys(("Convolution", "Deconvolution", "FullyConnected", "Embedding", "dot",
-                     "batch_dot"), "layer"),
-    **dict.fromkeys(("Activation", "LeakyReLU", "relu", "sigmoid", "tanh", "softmax",
-                     "log_softmax", "SoftmaxActivation", "softrelu", "softsign"),
-                    "activation"),
-    **dict.fromkeys(("BatchNorm", "LRN", "LayerNorm", "InstanceNorm", "L2Normalization"),
-                    "normalization"),
-    **dict.fromkeys(("Pooling",), "pooling"),
-    **dict.fromkeys(("Concat", "concat", "Flatten", "flatten", "Reshape", "reshape",
-                     "transpose", "SliceChannel", "split", "slice_axis", "slice",
-                     "expand_dims", "Cast", "identity", "_copy", "BlockGrad"), "shape"),
-    **dict.fromkeys(("Dropout",), "other"),
-}
-
+# the OpDef families drawn alike: mx.viz.plot_network colours every layer
+# with weights the same
+_COLOR_GROUP = {"convolution": "layer", "matmul": "layer", "embedding": "layer"}
 _BACKWARD_PREFIX = "_backward_"
 
 
 def op_family(node: Node) -> str:
-    """The colour family of a node: 'input' for variables, else by op."""
+    """The colour group of a node: 'input' for variables, else its OpDef's
+    family (a backward op has its forward op's), layers with weights as one."""
     if node.op is None:
         return "input"
-    name = node.op.name
-    if name.startswith(_BACKWARD_PREFIX):
-        name = name[len(_BACKWARD_PREFIX):]
-        from .ops import get_op
-        try:
-            op = get_op(name)
-        except SymgraphError:
-            op = node.op
-    else:
-        op = node.op
-    if name in _FAMILY_OF_OP:
-        return _FAMILY_OF_OP[name]
-    if op.is_loss:
-        return "loss"
-    return {"elementwise": "elementwise", "injective": "shape"}.get(op.category, "other")
+    return _COLOR_GROUP.get(node.op.family, node.op.family)
 
 
 def _dims(v) -> str:

@@ -363,8 +363,7 @@ def _lowered(x, compiler_options):
 # --------------------------------------------------------------------------
 KINDS = ("layout", "convolution", "matmul", "pooling", "normalization", "reduction", "rng",
          "fusion", "other")
-FAMILY = {"Pooling": "pooling", "Convolution": "convolution", "Deconvolution": "convolution",
-          "FullyConnected": "matmul", "BatchNorm": "normalization", "LRN": "normalization"}
+_FAMILY_KINDS = ("convolution", "matmul", "pooling", "normalization")
 ROLES = ("kept for backward", "forward", "backward", "update", "unknown")
 
 
@@ -611,12 +610,14 @@ def parse_breakdown(assignment: str, live_range: str, hlo: str, analysis: dict |
         raise XlaError("the buffer assignment lists no temp allocation")
     ranges = _live_ranges(live_range)
     instrs, comp_ops, comp_name = _hlo(hlo)
-    backward_nodes, node_names, node_ops = set(), set(), {}
+    backward_nodes, node_names, node_family = set(), set(), {}
     if graph is not None:
         n_fwd = getattr(graph, "num_forward_outputs", None)
         graph = getattr(graph, "graph", graph)
-        node_ops = {n.name: n.op.name for n in graph.nodes if n.op is not None}
-        node_names = set(node_ops)
+        # the op families the breakdown names as kinds of their own (a
+        # backward op has its forward op's family)
+        node_family = {n.name: n.op.family for n in graph.nodes if n.op is not None}
+        node_names = set(node_family)
         fwd = _forward_nodes(graph, n_fwd)
         backward_nodes = node_names - fwd
     values = []  # (key, nbytes, offset, shape, start, end)
@@ -649,8 +650,8 @@ def parse_breakdown(assignment: str, live_range: str, hlo: str, analysis: dict |
         op_name = op_name or comp_name.get(calls, "")
         kind = _kind(opcode, comp_ops.get(calls, []), op_name, rest)
         role, node = _role_of(instrs, comp_name, base, node_names, backward_nodes)
-        if kind in ("fusion", "other") and node in node_ops:  # say which op family
-            kind = FAMILY.get(node_ops[node].replace("_backward_", "", 1), kind)
+        if kind in ("fusion", "other") and node_family.get(node) in _FAMILY_KINDS:
+            kind = node_family[node]  # say which op family
         if role == "forward" and bwd_start is not None and e > bwd_start:
             role = "kept for backward"
         bufs.append(Buffer(name, shape, nbytes, offset, s, e, kind, role, node, op_name))

@@ -13,8 +13,12 @@ records ahead (from an mmap of the file) and decode and augment up to
 ``prefetch_buffer`` batches beyond the one being consumed; ``Module.fit``'s
 prefetch thread copies the next batch to the devices, sharded for data
 parallel; the step computes. JPEGs decode with libjpeg-turbo (simplejpeg),
-which like Pillow's resize and NumPy's arithmetic releases the GIL, so the
-threads run in parallel.
+resizing is OpenCV's bilinear ``cv2.resize`` (what MXNet's iterator runs),
+and both, like NumPy's arithmetic, release the GIL, so the threads run in
+parallel. Per image on this project's 2-core machine: decode 0.8-0.9 ms
+(500x375), crop-resize 0.1 ms with OpenCV against 1.0 ms with Pillow's
+filtering resize, normalisation 0.13 ms on a channel-first uint8 copy
+against 0.65-1.0 ms on the transposed view.
 
 Output as MXNet's: RGB, NCHW, ``(pixel - mean) * scale / std`` per
 channel, float32 by default. Order and augmentation are functions of
@@ -270,11 +274,15 @@ class ImageRecordIter(DataIter):
                 tried += 1
         rng = np.random.default_rng([self.seed, self.epoch, rec, 1])
         out = self._augment(img, rng, rec)
+        # channel-first in uint8 first: the arithmetic then runs on contiguous
+        # memory (5x faster than on the transposed view)
+        chw = np.ascontiguousarray(out.transpose(2, 0, 1))
         if self._normalizes:
-            np.multiply(out.transpose(2, 0, 1) - self._mean, self._mult, out=data[slot],
-                        casting="unsafe")
+            dst = data[slot]
+            np.subtract(chw, self._mean, out=dst, casting="unsafe")
+            np.multiply(dst, self._mult, out=dst, casting="unsafe")
         else:
-            data[slot] = out.transpose(2, 0, 1)
+            data[slot] = chw
         if self.label_width > 1:
             lab = np.asarray(lab, np.float32).ravel()
             if lab.size < self.label_width:
@@ -315,7 +323,7 @@ class ImageRecordIter(DataIter):
             h, w = img.shape[:2]
         if self.random_resized_crop:
             x, y, cw, ch = _random_area_crop(rng, w, h, self.area, self.aspect)
-            img = _resize(img, (tw, th), box=(x, y, x + cw, y + ch))
+            img = _resize(img[y:y + ch, x:x + cw], (tw, th))
         else:
             if h < th or w < tw:
                 raise TrainError(f"{self.path_imgrec}: record at byte offset "
@@ -342,15 +350,16 @@ class ImageRecordIter(DataIter):
         return [DataDesc(self.label_name, shape, "float32")]
 
 
-def _resize(img: np.ndarray, size, box=None) -> np.ndarray:
-    """Bilinear resize to ``size = (w, h)`` (of the region ``box``), Pillow's."""
-    from PIL import Image
-    if box is None and (img.shape[1], img.shape[0]) == tuple(size):
+def _resize(img: np.ndarray, size) -> np.ndarray:
+    """Bilinear resize of an HxWxC uint8 image to ``size = (w, h)``:
+    OpenCV's ``INTER_LINEAR``, as MXNet's ImageRecordIter resizes (no
+    anti-alias filter when shrinking, unlike Pillow's)."""
+    import cv2
+    size = (int(size[0]), int(size[1]))
+    if (img.shape[1], img.shape[0]) == size:
         return img
-    squeeze = img.shape[2] == 1
-    pil = Image.fromarray(img[:, :, 0] if squeeze else np.ascontiguousarray(img))
-    out = np.asarray(pil.resize(tuple(int(s) for s in size), Image.BILINEAR, box=box))
-    return out[:, :, None] if squeeze else out
+    out = cv2.resize(np.ascontiguousarray(img), size, interpolation=cv2.INTER_LINEAR)
+    return out[:, :, None] if out.ndim == 2 else out
 
 
 def _random_area_crop(rng, w: int, h: int, area, aspect):

@@ -21,6 +21,9 @@ It writes, under tests/data/recordio/:
   imgs_pass.rec/.idx     the same with --pass-through (the files' bytes)
   iter_expected.npz      MXNet's ImageRecordIter on imgs.rec, data_shape
                          (3, 24, 24), no augmentation: data (uint8) and labels
+  iter_resize_expected.npz
+                         the same with resize=20 (short side) and a centred
+                         (3, 16, 16) crop: OpenCV's bilinear resize
 """
 import os
 import subprocess
@@ -110,8 +113,22 @@ def main():
     assert np.all(data == np.round(data)), "expected raw pixels"
     np.savez_compressed(os.path.join(OUT, "iter_expected.npz"),
                         data=data.astype(np.uint8), label=batch.label[0].asnumpy())
+    write_resize_expected(prefix)
     print("written to", OUT)
 
 
+def write_resize_expected(prefix):
+    """MXNet's iterator with resize= (short side) then a centred crop."""
+    import mxnet as mx
+    it = mx.io.ImageRecordIter(path_imgrec=prefix + ".rec", path_imgidx=prefix + ".idx",
+                               data_shape=(3, 16, 16), batch_size=6, shuffle=False,
+                               resize=20, preprocess_threads=1)
+    data = next(iter(it)).data[0].asnumpy()
+    np.savez_compressed(os.path.join(OUT, "iter_resize_expected.npz"), data=data.astype(np.uint8))
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--resize-only"]:  # the resize figures alone, files kept
+        write_resize_expected(os.path.join(OUT, "imgs"))
+    else:
+        main()

@@ -393,6 +393,15 @@ _REGISTRY: dict[str, OpDef] = {}
 
 
 def register(op: OpDef) -> OpDef:
+    """Adds ``op`` to the registry; OpError if it lacks a fact the rest of
+    symgraph reads without asking (the family is checked on construction)."""
+    if op.flops is None:
+        raise OpError(f"op '{op.name}': an {op.category} op needs flops(p, in_shapes, "
+                      f"out_shapes); only elementwise, injective and reduction ops have "
+                      f"a default")
+    if op.name.startswith("_backward_") and op.forward is None:
+        raise OpError(f"op '{op.name}': backward ops are registered by register_backward "
+                      f"(ops/backward.py), which records their forward op")
     for n in (op.name, *op.aliases):
         if n in _REGISTRY:
             raise RuntimeError(f"op {n} registered twice")

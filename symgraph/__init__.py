@@ -42,7 +42,9 @@ _LAZY = {
     "passes": "symgraph.passes",
     "recordio": "symgraph.recordio",
 }
-_LAZY_ATTRS = {"plan": ("symgraph.memory", "plan"), "Module": ("symgraph.train.module", "Module")}
+_LAZY_ATTRS = {"plan": ("symgraph.memory", "plan"),
+               "max_batch": ("symgraph.memory.maxbatch", "max_batch"),
+               "Module": ("symgraph.train.module", "Module")}
 
 
 def __getattr__(name):

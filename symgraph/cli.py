@@ -20,6 +20,7 @@ from .errors import SymgraphError
 # name -> (module, one-line help)
 SUBCOMMANDS = {
     "plan": ("symgraph.memory.cli", "memory plan report of a network"),
+    "max-batch": ("symgraph.memory.maxbatch_cli", "the largest batch that fits a memory budget"),
     "viz": ("symgraph.viz", "draw a network (and its memory plan) with graphviz"),
     "zoo": ("symgraph.models.cli", "write a model-zoo network as symbol JSON"),
     "bench": ("symgraph.bench", "run the memory / planner / training benchmarks"),

@@ -20,7 +20,8 @@ from .context import Context, current_context
 from .errors import BindError
 from . import measures as measures_mod
 from .graph import Graph
-from .ndarray import NDArray, dtype_name, require_storable
+from .dtypes import dtype_name, require_storable
+from .ndarray import NDArray
 from .passes.gradient import TrainingSplit
 from .passes.infer import infer_shapes
 

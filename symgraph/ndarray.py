@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import numbers
 import os
-import re
 import struct
 
 import jax
@@ -37,45 +36,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .context import Context, current_context
+from .dtypes import require_storable, to_dtype as _dtype
 from .errors import ContextError, OpError, SerializationError, ShapeError, UnknownOpError
-from .util import short_repr
 
 _ARRAY_TYPES = (np.ndarray, jax.Array)
-
-
-def _dtype(dtype, default="float32"):
-    """A dtype from a name, type or dtype (``None`` -> ``default``)."""
-    if dtype is None:
-        dtype = default
-    # a name only: NumPy reads '(2, 3)f' as a sub-array dtype and parses
-    # '(1e308, 2)' itself (a SyntaxError)
-    plain = not isinstance(dtype, str) or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", dtype)
-    try:
-        if plain:
-            return jnp.dtype(dtype)
-    except (TypeError, ValueError):
-        pass
-    raise ShapeError(f"unknown dtype {short_repr(dtype)}; use e.g. float32, float16, int32")
-
-
-def dtype_name(dtype) -> str:
-    """The name of a dtype given as a name, type or dtype (``'float32'``,
-    ``np.float64``, ``'bfloat16'``); ShapeError for a misspelled one. The
-    Symbol API's dtype hints and type dicts read dtypes through it too."""
-    return _dtype(dtype).name
-
-
-def require_storable(dtype, what: str, error=ShapeError):
-    """``dtype`` if JAX can make arrays of it. With ``jax_enable_x64`` off,
-    JAX silently turns float64/int64 into float32/int32; a caller who asked
-    for 64 bits gets ``error`` instead of a quietly different array."""
-    dt = _dtype(dtype)
-    canonical = jax.dtypes.canonicalize_dtype(dt)
-    if canonical != dt:
-        raise error(f"{what}: {dt.name} needs 64-bit JAX, which is off; call "
-                    f"jax.config.update('jax_enable_x64', True) at startup (without it "
-                    f"JAX would silently make {canonical.name})")
-    return dt
 
 
 def _shape(shape) -> tuple:

@@ -19,7 +19,7 @@ import numpy as np
 
 from .errors import GraphError, OpError, ShapeError, UnknownOpError
 from .graph import Entry, Graph, Node
-from .ndarray import dtype_name
+from .dtypes import dtype_name
 from .ops import get_op, list_ops
 from .ops.registry import format_attr
 from .passes.infer import infer_shapes

@@ -27,8 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
+from ..dtypes import itemsize
 from ..errors import PlanError
 from ..graph import Graph
 from ..passes.fuse import Fusion
@@ -37,22 +36,6 @@ from ..passes.fuse import Fusion
 VAR, EXTERNAL, NOSTORE, PLANNED = 0, 1, 2, 3
 # how many steps above the ancestor base are tracked exactly (bits)
 ANC_WINDOW = 4096
-
-_ITEMSIZE: dict = {}
-
-
-def itemsize(dtype) -> int:
-    """Bytes per element of a dtype name (bfloat16 included)."""
-    v = _ITEMSIZE.get(dtype)
-    if v is None:
-        try:
-            v = np.dtype(dtype).itemsize
-        except TypeError:
-            import jax.numpy as jnp
-            v = jnp.dtype(dtype).itemsize
-        _ITEMSIZE[dtype] = v
-    return v
-
 
 def entry_nbytes(inferred, eid: int) -> int:
     """``prod(shape) * itemsize`` of one entry, no padding (DESIGN.md)."""

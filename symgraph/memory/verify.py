@@ -30,6 +30,7 @@ import bisect
 
 import numpy as np
 
+from ..dtypes import np_dtype
 from ..errors import PlanError
 from ..lower import JaxInterpreter, lower
 from .liveness import PLANNED, Liveness, declared_pairs
@@ -213,7 +214,7 @@ def poison_bytes(dtype, nbytes: int) -> bytes:
     for floats (a NaN whose payload no arithmetic produces) and bools, the
     most negative value for signed ints, the largest for unsigned ones."""
     import jax.numpy as jnp
-    dt = _np_dtype(dtype)
+    dt = np_dtype(dtype)
     if jnp.issubdtype(dt, jnp.integer):
         info = np.iinfo(dt)
         v = info.max if info.min == 0 else info.min
@@ -274,7 +275,7 @@ class ArenaInterpreter(JaxInterpreter):
         inf = live.inferred
         n = live.num_tensors
         self.shape = [tuple(inf.shapes[live.entry[t]]) for t in range(n)]
-        self.dtype = [np.dtype(_np_dtype(inf.dtypes[live.entry[t]])) for t in range(n)]
+        self.dtype = [np.dtype(np_dtype(inf.dtypes[live.entry[t]])) for t in range(n)]
         self.nbytes = [int(np.prod(s, dtype=np.int64)) * d.itemsize
                        for s, d in zip(self.shape, self.dtype)]
         for t in range(n):
@@ -518,14 +519,6 @@ class ArenaInterpreter(JaxInterpreter):
                     f"does not hold (the op reads elements it has already overwritten)")
 
 
-def _np_dtype(name):
-    try:
-        return np.dtype(name)
-    except TypeError:
-        import jax.numpy as jnp
-        return jnp.dtype(name)
-
-
 def random_feeds(live: Liveness, seed: int = 0, label_names=None) -> dict:
     """Random values for every variable of the planned graph: uniform in
     [-1, 1) for floats, small class indices for labels (names ending in
@@ -535,7 +528,7 @@ def random_feeds(live: Liveness, seed: int = 0, label_names=None) -> dict:
     feeds = {}
     for n in g.variables:
         eid = g.entry_id_of_node(n)
-        shape, dt = inf.shapes[eid], _np_dtype(inf.dtypes[eid])
+        shape, dt = inf.shapes[eid], np_dtype(inf.dtypes[eid])
         is_label = n.name.endswith("label") if label_names is None else n.name in label_names
         if is_label or not np.issubdtype(dt, np.floating):
             feeds[n.name] = rng.integers(0, 2, size=shape).astype(dt)

@@ -15,12 +15,12 @@ from __future__ import annotations
 import ast
 import difflib
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..dtypes import dtype_attr  # noqa: F401 - the op files take it from here
 from ..errors import OpError, ShapeError
 from ..util import short_repr
 
@@ -139,22 +139,6 @@ def choice_attr(*choices: str) -> Callable[[Any], str]:
         return s
     parse.choices = choices
     return parse
-
-
-_DTYPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def dtype_attr(v) -> str:
-    """A dtype given by name (``float32``) or as a NumPy type. Only a plain
-    name reaches NumPy: it reads ``'(2, 3)f'`` as a sub-array dtype and
-    ``'(1e308, 2)'`` with its own parser (a SyntaxError)."""
-    if not isinstance(v, (type, np.dtype)) and not _DTYPE_NAME.fullmatch(str(v)):
-        raise ValueError(f"expected a dtype name such as float32, got {short_repr(v)}")
-    try:
-        return np.dtype(str(v) if not isinstance(v, (type, np.dtype)) else v).name
-    except (TypeError, ValueError):
-        raise ValueError(f"expected a dtype name such as float32, got {short_repr(v)}") \
-            from None
 
 
 def format_attr(v) -> str:

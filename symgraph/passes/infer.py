@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..dtypes import hint_name
 from ..errors import OpError, ShapeError
 from ..graph import Graph
-from ..ops.registry import dtype_attr, same_type, shape_attr
+from ..ops.registry import same_type, shape_attr
 from ..util import short_repr
 
 # the largest tensor a shape may describe: its element count must fit in
@@ -174,7 +175,7 @@ def _run(graph: Graph, known: dict, kind: str):
             if hint and all(d > 0 for d in hint):
                 table[eid] = hint
         else:
-            hint = _var_hint(n, "__dtype__", lambda v: _dtype_hint(v))
+            hint = _var_hint(n, "__dtype__", hint_name)
             if hint:
                 table[eid] = hint
     # variables that take another entry's shape/dtype (head gradients)
@@ -227,15 +228,6 @@ def _run(graph: Graph, known: dict, kind: str):
             for k, v in enumerate(outs):
                 changed |= _merge(table, base + k, v, what, node, f"output {k}")
     return table
-
-
-def _dtype_hint(v):
-    code = {"0": "float32", "1": "float64", "2": "float16", "3": "uint8", "4": "int32",
-            "5": "int8", "6": "int64", "12": "bfloat16"}
-    v = code.get(str(v), v)
-    if v == "bfloat16":
-        return v
-    return dtype_attr(v)  # a plain name only: ValueError otherwise
 
 
 def infer_shapes(graph: Graph, shapes: dict, dtypes: dict | None = None,

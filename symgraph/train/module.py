@@ -41,7 +41,8 @@ from .. import measures as measures_mod
 from ..context import Context
 from ..errors import BindError
 from ..executor import GRAD_REQS
-from ..ndarray import NDArray, require_storable
+from ..dtypes import require_storable
+from ..ndarray import NDArray
 from ..parallel.data_parallel import DeviceSet
 from ..passes.infer import infer_shapes
 from . import TrainError

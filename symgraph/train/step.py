@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import measures as measures_mod
+from ..dtypes import is_float
 from ..graph import Entry, Graph, Node
 from ..ops.loss import softmax_output_over_devices
 from ..ops.registry import OpDef
@@ -134,10 +135,6 @@ def scaled_gradient_op(op: OpDef, scale_var: Node) -> OpDef:
     new = copy.copy(op)
     new.gradient = gradient
     return new
-
-
-def _is_float(dtype) -> bool:
-    return jnp.issubdtype(dtype, jnp.floating)
 
 
 def scale_loss_heads(graph: Graph, scale_of, loss_op=None) -> Graph:
@@ -277,7 +274,7 @@ class TrainPrograms:
 
     # -- pieces used inside the programs ------------------------------------------------
     def _cast(self, x):
-        if self.compute_dtype is not None and _is_float(x.dtype):
+        if self.compute_dtype is not None and is_float(x.dtype):
             return x.astype(self.compute_dtype)
         return x
 
@@ -347,7 +344,7 @@ class TrainPrograms:
         return {**aux, **self.devices.mean_over_devices(upd)}
 
     def _finish_outputs(self, outs, sig):
-        outs = [o.astype(jnp.float32) if self.compute_dtype and _is_float(o.dtype) else o
+        outs = [o.astype(jnp.float32) if self.compute_dtype and is_float(o.dtype) else o
                 for o in outs]
         info = self._outputs_info(sig)
         return [o if batched else self.devices.mean_over_devices(o)

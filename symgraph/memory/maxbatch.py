@@ -1,0 +1,342 @@
+"""The largest batch that fits a memory budget, found without running the net.
+
+    import symgraph as sg
+    r = sg.max_batch(net, {'data': (1, 3, 224, 224)}, budget='16GiB', train=True)
+    r.batch, r.total, r.recompute, r.xla
+
+The shapes may give any batch: the batch is set on ``batch_axis`` of every
+input whose shape is given (data and labels). The search plans the net at
+growing batches (1, 2, 4, ... until the plan's total no longer fits, then
+bisection between the last that fit and the first that did not): plans are
+fast (ResNet-152 training about 0.1 s), compiling is not. The batch found is
+then confirmed by compiling -- not running -- the program a Module would run
+at that batch (``symgraph.xla.plan_step``) and reading XLA's figure
+(temp + argument + output - alias, ``xla.footprint``); where that exceeds the
+budget the batch is stepped down until it fits, and ``notes`` say so.
+
+With ``recompute`` the plans are budgeted plans (``sg.plan(..., budget=)``:
+forward tensors dropped and recomputed in the backward to fit), so a batch
+fits when some recompute plan fits. docs/memory.md ("The largest batch that
+fits") has the details.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+from ..errors import PlanError
+
+# the search stops here: a budget this batch fits says "anything you like"
+DEFAULT_LIMIT = 1 << 20
+
+try:  # the budgeted planner (issue 12, items 1-2)
+    from .budget import BudgetError, parse_budget
+except ImportError:  # pragma: no cover - until the budgeted planner lands
+    BudgetError = None
+    parse_budget = None
+
+
+@dataclass
+class MaxBatch:
+    """What ``max_batch`` found.
+
+    ``batch``: the largest batch whose plan fits (after XLA's check, if it
+    ran); ``total``: the plan's total bytes at that batch (arguments,
+    gradients, aux, optimizer state, internal); ``recompute``: what that
+    plan recomputes (dicts with name, bytes, flops; empty without
+    recompute); ``xla``: XLA's footprint of the program at that batch
+    (None when not compiled); ``plan_batch``: the batch the plans alone
+    allowed; ``notes``: what the search had to do (XLA's figure above the
+    budget, the limit reached)."""
+
+    batch: int
+    total: int
+    recompute: list
+    xla: int | None
+    budget: int
+    plan_batch: int
+    train: bool
+    plans: int = 0
+    notes: list = field(default_factory=list)
+    plan: object = field(default=None, repr=False, compare=False)
+
+    def to_json(self) -> dict:
+        """The ``symgraph max-batch --json`` dictionary."""
+        return {"batch": int(self.batch), "total": int(self.total),
+                "recompute": [dict(r) for r in self.recompute],
+                "xla": None if self.xla is None else int(self.xla),
+                "budget": int(self.budget), "plan_batch": int(self.plan_batch),
+                "train": bool(self.train), "notes": list(self.notes)}
+
+
+def _budget_error(message: str, budget: int, smallest: int | None):
+    if BudgetError is not None:
+        try:
+            return BudgetError(message, budget=budget, smallest=smallest)
+        except TypeError:
+            return BudgetError(message)
+    return PlanError(message)
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
+          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+
+
+def _parse_budget(value) -> int:
+    """Bytes from a budget: the budgeted planner's ``parse_budget`` where it
+    is in; until then bytes or a number with a unit ('16GiB', '6GB')."""
+    if parse_budget is not None:
+        return int(parse_budget(value))
+    import re
+    bad = PlanError(f"bad budget {value!r}: expected bytes or a number with a unit, such "
+                    f"as 16GiB, 512MiB or 6GB")
+    if isinstance(value, bool):
+        raise bad
+    if isinstance(value, (int, float)):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)\s*", str(value), re.I)
+        if not m or m.group(2).lower() not in _UNITS:
+            raise bad
+        n = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if n != n or n < 1:
+        raise bad
+    return int(n)
+
+
+def _scale_shapes(shapes: dict, batch_axis: int) -> tuple:
+    """(the batch the shapes give, a function batch -> shapes)."""
+    from ..passes.infer import check_shapes
+    shapes = check_shapes(shapes)
+    if not shapes:
+        raise PlanError("max_batch: give the input shapes, e.g. {'data': (1, 3, 224, 224)}")
+    given = {}
+    for name, s in shapes.items():
+        if not -len(s) <= batch_axis < len(s):
+            raise PlanError(f"max_batch: input {name!r} of shape {tuple(s)} has no batch axis "
+                            f"{batch_axis}")
+        given[name] = s[batch_axis]
+    if len(set(given.values())) != 1:
+        raise PlanError("max_batch: the inputs give different batches on axis "
+                        f"{batch_axis}: " + ", ".join(f"{k}={v}" for k, v in given.items()))
+
+    def at(batch: int) -> dict:
+        out = {}
+        for name, s in shapes.items():
+            s = list(s)
+            s[batch_axis] = batch
+            out[name] = tuple(s)
+        return out
+    return next(iter(given.values())), at
+
+
+def _budgeted_planner() -> bool:
+    """Whether ``plan`` takes a budget (the budgeted planner is in)."""
+    from .pipeline import plan
+    return "budget" in inspect.signature(plan).parameters
+
+
+def optimizer_state_bytes(plan, optimizer) -> int:
+    """Bytes of the optimizer's state for a training plan's parameters
+    (SGD 0, momentum 1x, Adam 2x the parameters)."""
+    if optimizer is None or not plan.train:
+        return 0
+    import jax
+
+    from .. import xla
+    opt = _optimizer(optimizer)
+    _, _, structs, wrt, _, _ = xla._programs(plan, "none")
+    total = 0
+    for k in wrt:
+        for s in jax.eval_shape(lambda w, k=k: tuple(opt.create_state(k, w)), structs[k]):
+            total += s.size * s.dtype.itemsize
+    return int(total)
+
+
+def _optimizer(optimizer):
+    """An ``Optimizer`` from a name ('sgd', 'momentum' for SGD with momentum
+    0.9, 'adam', any registered name) or an Optimizer."""
+    from ..train import optimizer as opt_mod
+    if optimizer is None or isinstance(optimizer, opt_mod.Optimizer):
+        return optimizer
+    name = str(optimizer).lower()
+    if name == "momentum":
+        return opt_mod.create("sgd", momentum=0.9)
+    if name not in opt_mod.Optimizer.opt_registry:
+        raise PlanError(f"unknown optimizer {optimizer!r}; choose momentum or one of "
+                        + ", ".join(sorted(opt_mod.Optimizer.opt_registry)))
+    return opt_mod.create(name)
+
+
+class _Planner:
+    """The plan at a batch and whether it fits, remembered per batch."""
+
+    def __init__(self, net, at, budget, train, optimizer, recompute, plan_kwargs):
+        from .pipeline import as_graph
+        self.graph = as_graph(net)
+        self.at, self.budget, self.train = at, budget, train
+        self.optimizer, self.recompute = optimizer, recompute
+        self.kwargs = plan_kwargs
+        self.budgeted = _budgeted_planner()
+        self.seen = {}  # batch -> (fits, total or smallest, plan or None)
+        self.count = 0
+
+    def __call__(self, batch: int) -> tuple:
+        if batch not in self.seen:
+            self.count += 1
+            self.seen[batch] = self._plan(batch)
+        return self.seen[batch]
+
+    def _plan(self, batch: int) -> tuple:
+        from .pipeline import plan
+        shapes = self.at(batch)
+        if self.budgeted:
+            try:
+                p = plan(self.graph, shapes, train=self.train, budget=self.budget,
+                         optimizer=self.optimizer,
+                         recompute="auto" if self.recompute else None, **self.kwargs)
+            except BudgetError as err:
+                return False, getattr(err, "smallest", None), None
+            return p.total <= self.budget, int(p.total), p
+        # no budgeted planner: the plan as it is, its total ours
+        p = plan(self.graph, shapes, train=self.train, **self.kwargs)
+        total = plan_total(p, self.optimizer)
+        return total <= self.budget, total, p
+
+
+def plan_total(plan, optimizer=None) -> int:
+    """Arguments + gradients + aux + optimizer state + internal (the chosen
+    strategy) of a plan: what a budget bounds. A budgeted plan's own
+    ``total`` where it has one."""
+    total = getattr(plan, "total", None)
+    if total is not None:
+        return int(total)
+    b = plan.buckets
+    return int(b["arguments"] + b["gradients"] + b["aux"]
+               + plan.internal[plan.strategy] + optimizer_state_bytes(plan, optimizer))
+
+
+def max_batch(net, shapes: dict, budget, train: bool = True, optimizer=None,
+              recompute: bool = True, xla: bool = True, batch_axis: int = 0,
+              progress: bool = True, limit: int = DEFAULT_LIMIT, **plan_kwargs) -> MaxBatch:
+    """The largest batch of ``net`` whose plan fits ``budget`` (bytes, or a
+    string such as '16GiB'), found by planning, not running.
+
+    shapes: the input shapes at any batch (set on ``batch_axis`` of every
+        input given). train: plan training (forward, backward, gradients);
+        optimizer: count its state too ('sgd', 'momentum', 'adam', ... or
+        an Optimizer). recompute: let the planner recompute forward tensors
+        in the backward to fit (budgeted plans); False plans as they are.
+    xla: confirm by compiling the program a Module would run at the batch
+        found (compile only) and step the batch down while XLA's figure is
+        above the budget. progress: a tqdm bar on stderr while searching.
+    limit: the largest batch tried. Other keywords go to ``sg.plan``.
+
+    A budget that batch 1 does not fit raises a BudgetError (a PlanError)
+    naming the smallest total reachable at batch 1 and the budget.
+    """
+    budget = _parse_budget(budget)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise PlanError(f"max_batch: limit must be a positive int, got {limit!r}")
+    _, at = _scale_shapes(shapes, batch_axis)
+    optimizer = optimizer if optimizer is None or not isinstance(optimizer, str) \
+        else optimizer.lower()
+    _optimizer(optimizer)  # an unknown name fails before any planning
+    run = _Planner(net, at, budget, train, optimizer, recompute, plan_kwargs)
+    from tqdm import tqdm
+    import sys
+    # disable=None: no bar where stderr is no terminal (a pipe, a test's capture)
+    bar = tqdm(desc="max-batch", unit="plan", file=sys.stderr, disable=None if progress else True,
+               leave=False)
+    try:
+        lo, hi = _search(run, limit, bar)
+        if lo == 0:
+            fits, smallest, _ = run(1)
+            what = f"{smallest:,} bytes" if smallest else "more than the budget"
+            raise _budget_error(f"max-batch: even batch 1 does not fit the budget of "
+                                f"{budget:,} bytes: its smallest total is {what}",
+                                budget, smallest)
+        notes = []
+        if hi is None:
+            notes.append(f"the limit, batch {limit}, fits: the search stopped there")
+        found = lo
+        xla_bytes = None
+        if xla:
+            found, xla_bytes = _confirm(run, lo, budget, train, optimizer, bar, notes)
+    finally:
+        bar.close()
+    _, total, p = run(found)
+    return MaxBatch(batch=found, total=int(total), recompute=list(getattr(p, "recompute", None)
+                                                                  or []),
+                    xla=xla_bytes, budget=budget, plan_batch=lo, train=train,
+                    plans=run.count, notes=notes, plan=p)
+
+
+def _search(run, limit: int, bar) -> tuple:
+    """(largest batch that fits or 0, smallest that does not or None):
+    doubling from 1, then bisection. The total grows with the batch."""
+    def fits(b):
+        ok = run(b)[0]
+        bar.update(1)
+        bar.set_postfix_str(f"batch {b} {'fits' if ok else 'does not fit'}")
+        return ok
+    if not fits(1):
+        return 0, 1
+    lo, hi = 1, None
+    while hi is None:
+        b = min(lo * 2, limit)
+        if b == lo:
+            return lo, None
+        if fits(b):
+            lo = b
+        else:
+            hi = b
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def _confirm(run, batch: int, budget: int, train: bool, optimizer, bar, notes) -> tuple:
+    """(batch, XLA's footprint there): the batch stepped down while the
+    compiled program's footprint is above the budget."""
+    first = batch
+    while True:
+        bar.set_postfix_str(f"compiling batch {batch}")
+        m = xla_footprint(run(batch)[2], optimizer)
+        bar.update(1)
+        if m is None or m <= budget:
+            if batch != first:
+                notes.append(f"XLA's figure at batch {first} is above the budget: stepped "
+                             f"down to batch {batch}")
+            if m is None:
+                notes.append("the backend gives no memory_analysis(): not confirmed")
+            return batch, m
+        if batch == 1:
+            raise _budget_error(f"max-batch: the plan fits at batch 1 but XLA's program "
+                                f"needs {m:,} bytes, above the budget of {budget:,} bytes",
+                                budget, m)
+        # the footprint is about linear in the batch: jump near the fit, at least one down
+        batch = max(1, min(batch - 1, batch * budget // m))
+        while batch > 1 and not run(batch)[0]:
+            batch -= 1
+
+
+def xla_footprint(plan, optimizer=None) -> int | None:
+    """XLA's footprint (temp + argument + output - alias) of the program a
+    Module runs for ``plan``, compiled, not run; None where the backend gives
+    no figures. Training with no optimizer named compiles plain SGD (no
+    state), as the plan counts none."""
+    from .. import xla
+    if plan.train:
+        opt = _optimizer(optimizer) or _optimizer("sgd")
+        step = xla.training_step(plan, optimizer=opt)
+    else:
+        step = xla.inference_step(plan)
+    m = xla.memory(step)
+    if m is None or m.get("temp") is None or m.get("argument") is None:
+        return None
+    return int(xla.footprint(m))

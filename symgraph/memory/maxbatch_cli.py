@@ -1,0 +1,80 @@
+"""The largest batch of a network that fits a memory budget.
+
+    symgraph max-batch NET.json --shape data=1,3,224,224 --budget 16GiB [--train]
+                       [--optimizer NAME] [--no-recompute] [--no-xla] [--json]
+
+The batch is set on the first axis of every input --shape gives (any batch
+will do). The search plans the net at batches 1, 2, 4, ... until the plan's
+total (arguments, gradients, aux, optimizer state, internal) no longer fits
+the budget, then bisects -- nothing is run. In training the planner may
+recompute forward tensors in the backward to fit (--no-recompute: plans as
+they are). The batch found is confirmed by compiling, not running, the
+program a Module would run at that batch: where XLA's figure (temp +
+argument + output - alias) is above the budget the batch is stepped down
+until it fits (--no-xla skips the compile). A progress bar on stderr shows
+the search. --json prints {"batch": N, "total": bytes, "recompute": [...],
+"xla": bytes or null, "budget": bytes, "plan_batch": N, "train": bool,
+"notes": [...]}.
+"""
+from __future__ import annotations
+
+import json
+
+from ..cli import UsageError, load_net, parse_shapes
+
+MIB = 2 ** 20
+
+
+def add_arguments(parser) -> None:
+    """The options of ``symgraph max-batch``."""
+    parser.add_argument("net", metavar="NET.json", help="network as MXNet symbol JSON")
+    parser.add_argument("--shape", action="append", metavar="NAME=DIMS", default=[],
+                        help="input shape at any batch, e.g. data=1,3,224,224 (repeat for "
+                             "each input); the batch is its first dimension")
+    parser.add_argument("--budget", required=True, metavar="BYTES",
+                        help="the memory budget: bytes, or a number with a unit (16GiB, "
+                             "512MiB, 6GB = 6e9 bytes)")
+    parser.add_argument("--train", action="store_true",
+                        help="the training step (forward, backward, gradients); default: "
+                             "inference")
+    parser.add_argument("--optimizer", default=None, metavar="NAME",
+                        help="count this optimizer's state too (sgd, momentum, adam, ...)")
+    parser.add_argument("--no-recompute", action="store_true",
+                        help="plan without recomputing forward tensors in the backward")
+    parser.add_argument("--no-xla", action="store_true",
+                        help="do not confirm the batch by compiling its program")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run(args) -> int:
+    """``symgraph max-batch``: prints the batch found (or JSON); 0 on success."""
+    if not args.shape:
+        raise UsageError("max-batch: --shape is required, e.g. --shape data=1,3,224,224")
+    shapes = parse_shapes(args.shape)
+    from .maxbatch import _optimizer, _parse_budget, max_batch
+    budget = _parse_budget(args.budget)  # a malformed budget fails before the net is read
+    if args.optimizer is not None and not args.train:
+        raise UsageError("max-batch: --optimizer needs --train (inference keeps no "
+                         "optimizer state)")
+    _optimizer(args.optimizer)
+    net = load_net(args.net)
+    r = max_batch(net, shapes, budget, train=args.train, optimizer=args.optimizer,
+                  recompute=not args.no_recompute, xla=not args.no_xla)
+    if args.json:
+        print(json.dumps(r.to_json()))
+        return 0
+    mode = "training" if r.train else "inference"
+    print(f"max batch: {r.batch}  ({mode}, budget {r.budget:,} bytes = "
+          f"{r.budget / MIB:,.1f} MiB; {r.plans} plans)")
+    print(f"  plan total at batch {r.batch}: {r.total:,} bytes ({r.total / MIB:,.1f} MiB)")
+    if r.recompute:
+        saved = sum(int(x.get("bytes", 0)) for x in r.recompute)
+        print(f"  recomputed: {len(r.recompute)} tensors, {saved / MIB:,.1f} MiB saved")
+    if r.xla is not None:
+        print(f"  XLA's figure at batch {r.batch}: {r.xla:,} bytes ({r.xla / MIB:,.1f} MiB), "
+              f"compiled, not run")
+    elif not args.no_xla:
+        print("  XLA: no figures from this backend")
+    for note in r.notes:
+        print(f"  note: {note}")
+    return 0

@@ -269,3 +269,19 @@ def test_digits_cnn_trains_from_packed_files(tmp_path):
             initializer=sg.init.Xavier())
     (_, acc), = mod.score(test, "acc")
     assert acc >= 0.93
+
+
+def test_bench_io_quick_writes_under_the_current_folder(tmp_path, monkeypatch):
+    """`symgraph bench io` runs from any folder and writes its results there
+    (never into the committed benchmarks/results)."""
+    import json
+
+    from symgraph.cli import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "io", "--quick", "--images", "32", "--threads", "1",
+                 "--train-batches", "1"]) == 0
+    res = json.loads((tmp_path / "bench-results" / "io-quick" / "results.json").read_text())
+    assert [r["records"] for r in res["rows"]] == ["full", "short256"]
+    assert all(r["symgraph_1"] > 0 and r["pillow_1_thread"] > 0 for r in res["rows"])
+    assert 0 <= res["train"]["wait_share"] < 1 and res["train"]["batches"] == 1
+    assert "| full |" in (tmp_path / "bench-results" / "io-quick" / "results.md").read_text()

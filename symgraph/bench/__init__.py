@@ -4,6 +4,7 @@
                           [--out DIR] [--quick]
     symgraph bench planner [ARGS ...]   (symgraph/bench/planner.py)
     symgraph bench train [ARGS ...]     (symgraph/bench/train.py)
+    symgraph bench io [ARGS ...]        (symgraph/bench/io.py)
 
 Each writes JSON, a markdown table (and PNG charts) under a results
 folder: ``--out``, or ``./bench-results/NAME`` under the current folder
@@ -24,7 +25,9 @@ from ..errors import SymgraphError
 
 # bench name -> (module of this package with main(argv), one-line help)
 SCRIPTS = {"planner": ("planner", "time sg.plan on random DAGs, chains and ResNet-152"),
-           "train": ("train", "symgraph's training step beside a hand-written JAX step")}
+           "train": ("train", "symgraph's training step beside a hand-written JAX step"),
+           "io": ("io", "images/s of ImageRecordIter beside Pillow and MXNet; data wait in "
+                        "training")}
 RESULTS_ROOT = "bench-results"
 
 
@@ -65,7 +68,7 @@ def run(args) -> int:
     if args.bench in SCRIPTS:
         return script_main(SCRIPTS[args.bench][0])(list(args.args))
     from ..cli import UsageError
-    raise UsageError("symgraph bench: choose memory, planner or train")
+    raise UsageError("symgraph bench: choose memory, planner, train or io")
 
 
 def script_main(name: str):

@@ -1,4 +1,8 @@
-"""Device contexts: ``sg.cpu(i)`` and ``sg.gpu(i)`` name JAX devices."""
+"""Device contexts: ``sg.cpu(i)`` and ``sg.gpu(i)`` name JAX devices.
+
+The index counts this process's own devices (``jax.local_devices``): in
+one of several processes joined by ``jax.distributed``, ``sg.cpu(0)`` is
+that process's first CPU device, as in MXNet."""
 from __future__ import annotations
 
 import jax
@@ -21,7 +25,7 @@ class Context:
     def jax_device(self) -> jax.Device:
         """The JAX device; ContextError if this machine has no such device."""
         try:
-            devs = jax.devices(self.device_type)
+            devs = jax.local_devices(backend=self.device_type)
         except RuntimeError:
             devs = []
         if self.device_id >= len(devs) or self.device_id < 0:
@@ -43,8 +47,7 @@ class Context:
     @staticmethod
     def of(device: jax.Device) -> "Context":
         kind = "cpu" if device.platform == "cpu" else "gpu"
-        return Context(kind, device.id if kind == "gpu" else
-                       jax.devices("cpu").index(device))
+        return Context(kind, jax.local_devices(backend=kind).index(device))
 
 
 def cpu(device_id: int = 0) -> Context:
@@ -56,11 +59,11 @@ def gpu(device_id: int = 0) -> Context:
 
 
 def current_context() -> Context:
-    return Context.of(jax.devices()[0])
+    return Context.of(jax.local_devices()[0])
 
 
 def num_gpus() -> int:
     try:
-        return len(jax.devices("gpu"))
+        return len(jax.local_devices(backend="gpu"))
     except RuntimeError:
         return 0

@@ -20,8 +20,15 @@ inside the one compiled program (a ``psum`` for both 'local' and 'device';
 on one machine a round trip through host memory would only be slower) and
 updates the weights right after it in the same program.
 
-The ``dist_*`` types (training across processes/machines) are not built:
-``create('dist_sync')`` raises a KVStoreError saying so.
+``'dist_sync'`` trains across processes: ``create('dist_sync')`` joins
+this process to the others through ``jax.distributed``
+(``parallel.distributed``; ``symgraph launch`` starts the processes), and
+``rank``/``num_workers`` are the process index and count. A Module given
+such a store compiles one step over every process's devices, so the
+gradient sum is the same ``psum``, now across processes. ``push`` sums
+over the values of every process (each process pushes, all get the same
+sum). ``dist_async`` (updates applied as they arrive) and
+``dist_device_sync`` are not built and raise a KVStoreError naming what is.
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ from ..errors import SymgraphError
 from ..ndarray import NDArray
 
 KV_TYPES = ("local", "device")
+DIST_SUPPORTED = ("dist_sync",)
 ALIASES = {"local_update_cpu": "local", "local_allreduce_cpu": "local",
            "local_allreduce_device": "device", "nccl": "device"}
 DIST_TYPES = ("dist_sync", "dist_async", "dist_device_sync", "dist_sync_device", "dist",
@@ -87,6 +95,11 @@ class KVStore:
 
     def barrier(self) -> None:
         """Nothing to wait for in one process."""
+
+    @property
+    def is_distributed(self) -> bool:
+        """Whether the store spans several processes (``'dist_sync'``)."""
+        return False
 
     def __repr__(self):
         return f"KVStore({self._type}, {len(self._store)} keys)"
@@ -246,18 +259,68 @@ class KVStore:
         return devices.sum_over_devices
 
 
-def create(name="local") -> KVStore:
-    """A store by type name ('local' or 'device'), or ``name`` itself when
-    it is already a KVStore."""
+class DistKVStore(KVStore):
+    """``'dist_sync'``: the store of one process among several joined by
+    ``jax.distributed``; pushes are summed over every process."""
+
+    def __init__(self, kind: str = "dist_sync", **settings):
+        from . import distributed
+        self.settings = distributed.initialize(**settings)
+        super().__init__("local")
+        self._type = kind
+
+    @property
+    def rank(self) -> int:
+        return jax.process_index()
+
+    @property
+    def num_workers(self) -> int:
+        return jax.process_count()
+
+    @property
+    def is_distributed(self) -> bool:
+        return True
+
+    def barrier(self) -> None:
+        """Waits for every process (MXNet's ``kv.barrier()``)."""
+        from . import distributed
+        distributed.barrier("symgraph_kv_barrier")
+
+    def _home(self, x):
+        return jax.device_put(x, jax.local_devices(backend="cpu")[0])
+
+    def _reduce(self, vals):
+        # this process's sum in host memory, then the sum over the processes
+        from jax.experimental import multihost_utils
+        cpu = jax.local_devices(backend="cpu")[0]
+        total = jax.device_put(vals[0], cpu)
+        for v in vals[1:]:
+            total = total + jax.device_put(v, cpu)
+        if jax.process_count() == 1:
+            return total
+        every = multihost_utils.process_allgather(np.asarray(total))
+        return self._home(jnp.asarray(every.sum(0), dtype=total.dtype))
+
+
+def create(name="local", **settings) -> KVStore:
+    """A store by type name ('local', 'device' or 'dist_sync'), or ``name``
+    itself when it is already a KVStore. ``settings`` (coordinator,
+    num_processes, process_id) go to ``jax.distributed`` for 'dist_sync';
+    without them it reads the environment ``symgraph launch`` sets."""
     if isinstance(name, KVStore):
         return name
     if not isinstance(name, str):
         raise KVStoreError(f"kvstore must be a type name or a KVStore, got "
                            f"{type(name).__name__}")
     kind = ALIASES.get(name, name)
+    if kind in DIST_SUPPORTED:
+        return DistKVStore(kind, **settings)
     if kind in DIST_TYPES or kind.startswith("dist"):
         raise KVStoreError(
-            f"kvstore '{name}' trains across several processes or machines, which symgraph "
-            f"does not support yet; use 'local' or 'device' to train on the devices of this "
-            f"machine (Module(context=[sg.gpu(0), sg.gpu(1), ...]))")
+            f"kvstore '{name}' is not supported; across processes symgraph supports "
+            f"'dist_sync' (gradients summed inside each synchronous step), on one machine "
+            f"'local' and 'device'")
+    if settings:
+        raise KVStoreError(f"kvstore '{name}' takes no settings ({', '.join(settings)} "
+                           f"are for 'dist_sync')")
     return KVStore(kind)

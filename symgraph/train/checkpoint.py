@@ -184,12 +184,17 @@ def symbol_path(prefix: str) -> str:
 def save_checkpoint(prefix: str, epoch: int, symbol, arg_params: dict, aux_params: dict,
                     remove_amp_cast: bool = True) -> None:
     """Writes ``prefix-symbol.json`` and ``prefix-%04d.params`` (each
-    atomically), as ``mx.model.save_checkpoint``."""
-    if symbol is not None:
-        atomic_write_text(symbol_path(prefix), symbol.tojson())
-    save = {f"arg:{k}": v for k, v in arg_params.items()}
-    save.update({f"aux:{k}": v for k, v in (aux_params or {}).items()})
-    save_params_file(params_path(prefix, epoch), save)
+    atomically), as ``mx.model.save_checkpoint``. Of several processes
+    trained together (``'dist_sync'``) only process 0 writes, and every
+    process waits until it has, so any of them can load the files next."""
+    from ..parallel import distributed
+    if distributed.is_writer():
+        if symbol is not None:
+            atomic_write_text(symbol_path(prefix), symbol.tojson())
+        save = {f"arg:{k}": v for k, v in arg_params.items()}
+        save.update({f"aux:{k}": v for k, v in (aux_params or {}).items()})
+        save_params_file(params_path(prefix, epoch), save)
+    distributed.barrier("symgraph_checkpoint")
 
 
 def load_checkpoint(prefix: str, epoch: int):

@@ -189,15 +189,32 @@ class NDArrayIter(DataIter):
     ``np.random.seed`` makes runs repeatable as in MXNet. ``dtype`` (float32
     by default, as MXNet's iterators give) converts data and labels;
     ``None`` keeps their dtypes.
+
+    ``part_index``/``num_parts`` (training in several processes): the
+    iterator walks the batches of ``batch_size * num_parts`` samples that
+    one process would, and yields part ``part_index`` of each (its
+    ``batch_size`` rows, in order; ``pad`` counts the padding among them).
+    The parts of all processes, concatenated in order, are those batches,
+    and every part has the same number of batches. With ``shuffle`` every
+    part needs the same ``seed``.
     """
 
     def __init__(self, data, label=None, batch_size: int = 1, shuffle: bool = False,
                  last_batch_handle: str = "pad", data_name: str = "data",
                  label_name: str = "softmax_label", seed: int | None = None,
-                 dtype="float32"):
+                 dtype="float32", part_index: int = 0, num_parts: int = 1):
         super().__init__(int(batch_size))
         if self.batch_size <= 0:
             raise TrainError(f"NDArrayIter: batch_size must be positive, got {batch_size}")
+        if int(num_parts) < 1 or not 0 <= int(part_index) < int(num_parts):
+            raise TrainError(f"NDArrayIter: part_index {part_index} is not in [0, "
+                             f"num_parts={num_parts})")
+        self.part_index, self.num_parts = int(part_index), int(num_parts)
+        if self.num_parts > 1 and shuffle and seed is None:
+            raise TrainError("NDArrayIter: shuffle with num_parts > 1 needs seed= (the same "
+                             "in every part, so that the parts split the same order)")
+        # the batch every part's rows are taken from
+        self._step = self.batch_size * self.num_parts
         if last_batch_handle not in LAST_BATCH_HANDLES:
             raise TrainError(f"NDArrayIter: last_batch_handle={last_batch_handle!r}; use one "
                              f"of {', '.join(LAST_BATCH_HANDLES)}")
@@ -212,9 +229,9 @@ class NDArrayIter(DataIter):
         self.num_data = next(iter(sizes.values()))
         if self.num_data == 0:
             raise TrainError("NDArrayIter: the data set is empty")
-        if last_batch_handle == "discard" and self.num_data < self.batch_size:
+        if last_batch_handle == "discard" and self.num_data < self._step:
             raise TrainError(f"NDArrayIter: {self.num_data} samples make no full batch of "
-                             f"{self.batch_size} with last_batch_handle='discard'")
+                             f"{self._step} with last_batch_handle='discard'")
         self.shuffle = bool(shuffle)
         self.last_batch_handle = last_batch_handle
         if seed is None:
@@ -240,7 +257,7 @@ class NDArrayIter(DataIter):
     def reset(self) -> None:
         """Starts the next epoch (``roll_over`` carries the leftover samples)."""
         n = len(self._order)
-        rest = n % self.batch_size
+        rest = n % self._step
         if self.last_batch_handle == "roll_over" and rest and self._cursor >= n:
             self._leftover = self._order[n - rest:]  # the epoch ran out: carry them
         else:
@@ -258,7 +275,7 @@ class NDArrayIter(DataIter):
 
     # -- iteration ------------------------------------------------------------
     def iter_next(self) -> bool:
-        n, b = len(self._order), self.batch_size
+        n, b = len(self._order), self._step
         start = self._cursor
         if start >= n:
             return False
@@ -272,6 +289,11 @@ class NDArrayIter(DataIter):
             self._pad = b - len(idx)
             fill = np.resize(self._perm, self._pad)
             idx = np.concatenate([idx, fill])
+        if self.num_parts > 1:  # this part's rows; the padding is at the end
+            lo = self.part_index * self.batch_size
+            hi = lo + self.batch_size
+            self._pad = max(0, hi - max(lo, b - self._pad))
+            idx = idx[lo:hi]
         self._batch_idx = idx
         self._cursor = end
         return True
@@ -297,8 +319,8 @@ class NDArrayIter(DataIter):
     def num_batches(self) -> int:
         """Batches in the current epoch."""
         n = len(self._order)
-        return -(-n // self.batch_size) if self.last_batch_handle == "pad" else \
-            n // self.batch_size
+        return -(-n // self._step) if self.last_batch_handle == "pad" else \
+            n // self._step
 
     def __len__(self) -> int:
         return self.num_batches

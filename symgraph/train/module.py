@@ -418,7 +418,15 @@ class Module:
         self._check_params("init_optimizer")
         from ..parallel import kvstore as kvs
         self._kvstore = kvs.create(kvstore) if kvstore is not None else None
-        batch_size = self._data_shapes[0].shape[0]
+        if self._kvstore is not None and self._kvstore.is_distributed and \
+                self._devices.processes == 1 and jax.process_count() > 1:
+            # one step over every process's devices: rebind there (the
+            # parameters move along, process 0's values)
+            self._devices = DeviceSet(self._context, processes=True)
+            self.bind(self._data_shapes, self._label_shapes, self.for_training,
+                      self.inputs_need_grad, force_rebind=True, grad_req=self._grad_req)
+        # the batch is every process's (MXNet: batch_size *= num_workers)
+        batch_size = self._data_shapes[0].shape[0] * self._devices.processes
         idx2name = dict(enumerate(self._param_names))
         if isinstance(optimizer, str):
             params = dict(optimizer_params or {})
@@ -479,7 +487,10 @@ class Module:
         save = {f"state:{n}:{i}": s for n, st in self._opt_states.items()
                 for i, s in enumerate(st)}
         save["meta:num_update"] = np.array([self._optimizer.num_update], np.int64)
-        save_params_file(fname, save)
+        from ..parallel import distributed
+        if distributed.is_writer():  # of several processes, process 0 writes
+            save_params_file(fname, save)
+        distributed.barrier("symgraph_optimizer_states")
 
     def load_optimizer_states(self, fname: str) -> None:
         if not self.optimizer_initialized:
@@ -597,12 +608,12 @@ class Module:
         else:
             outs = self._run_infer(data_batch)
             self._saved = None
-        self._outputs = list(outs)
+        self._outputs = [self._devices.local_value(o) for o in outs]
 
     def _run_infer(self, data_batch):
         arrays = self._batch_arrays(data_batch, need_labels=False)
         batch = next(iter(arrays.values())).shape[0]
-        n = self._devices.n
+        n = self._devices.n_local
         extra = (-batch) % n
         if extra:  # inference may take any batch size: pad to split evenly
             arrays = {k: np.concatenate([np.asarray(v), np.repeat(np.asarray(v)[-1:], extra, 0)])
@@ -613,6 +624,7 @@ class Module:
         self._infer_count += 1
         outs = prog(self._params, self._aux, self._fixed, placed,
                     self._scalar(self._infer_count), self._key)
+        outs = [self._devices.local_value(o) for o in outs]
         if extra:
             info = self._programs._outputs_info(sig)
             outs = [o[:batch] if batched else o for o, (_, batched) in zip(outs, info)]
@@ -645,7 +657,7 @@ class Module:
                 self._grads[k] = self._grads[k] + gr
             else:
                 self._grads[k] = gr
-        self._input_grads = igrads
+        self._input_grads = {k: self._devices.local_value(v) for k, v in igrads.items()}
 
     def forward_backward(self, data_batch) -> None:
         self.forward(data_batch, is_train=True)
@@ -680,7 +692,10 @@ class Module:
         self._params, self._opt_states, self._aux, outs = prog(
             self._params, self._opt_states, self._aux, self._fixed, batch, self._scalar(lr),
             self._scalar(t), self._key)
-        self._outputs = list(outs)
+        if self._devices.processes > 1:
+            # a multi-process loop on CPU deadlocked unless each step was waited for
+            jax.block_until_ready(self._params)
+        self._outputs = [self._devices.local_value(o) for o in outs]
         self._saved = None
 
     def get_outputs(self, merge_multi_context: bool = True) -> list[NDArray]:
@@ -890,7 +905,7 @@ class Module:
         activations with ``compute_dtype='bfloat16'``/``'float16'``). ``kwargs`` go to ``sg.plan``."""
         self._check_bound("plan_memory")
         from ..memory import plan
-        n = self._devices.n
+        n = self._devices.n_local
         shapes = {d.name: (d.shape[0] // n,) + tuple(d.shape[1:]) if self.for_training
                   else tuple(d.shape) for d in self._data_shapes + self._label_shapes}
         dtypes = {d.name: d.dtype for d in self._data_shapes + self._label_shapes if d.dtype}
@@ -912,7 +927,8 @@ class Module:
         if not self.optimizer_initialized:
             raise TrainError("compiled_memory: call init_optimizer() first")
         from .. import xla
-        shapes = {d.name: jax.ShapeDtypeStruct(d.shape, d.dtype or "float32",
+        shapes = {d.name: jax.ShapeDtypeStruct(self._devices.global_shape(d.shape),
+                                               d.dtype or "float32",
                                                sharding=self._devices.batch_sharded())
                   for d in self._data_shapes + self._label_shapes}
         sig = batch_signature(shapes)

@@ -1,0 +1,106 @@
+"""Data parallel training in several processes (kvstore='dist_sync').
+
+    symgraph launch -n 2 --devices-per-process 2 -- python examples/train_dist.py
+    python examples/train_dist.py --devices 4        # the same batches in one process
+
+Under ``symgraph launch`` every process trains on its own part of each
+batch of ``--batch`` samples (``NDArrayIter(part_index=rank,
+num_parts=workers)``); the step is one program over every process's
+devices, so the parameters equal one process training on the whole
+batches. Rank 0 writes a checkpoint after each epoch; the run then
+resumes from the first epoch's checkpoint, in every process, and checks
+that the resumed parameters equal the uninterrupted ones. ``--out``
+saves the final parameters (rank 0).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+
+def net(sg):
+    data = sg.sym.Variable("data")
+    x = sg.sym.FullyConnected(data, num_hidden=16, name="fc1")
+    x = sg.sym.BatchNorm(x, name="bn1")
+    x = sg.sym.Activation(x, act_type="relu", name="relu1")
+    x = sg.sym.FullyConnected(x, num_hidden=4, name="fc2")
+    return sg.sym.SoftmaxOutput(x, name="softmax")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--devices", type=int, default=None,
+                   help="devices of this process (default: all of them)")
+    p.add_argument("--batch", type=int, default=16, help="samples per step, all processes")
+    p.add_argument("--samples", type=int, default=72)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--prefix", default=None, help="checkpoint prefix (default: a temp folder)")
+    p.add_argument("--out", default=None, help="rank 0 saves the final parameters here (.npz)")
+    p.add_argument("--fail-rank", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--hang-rank", type=int, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    import symgraph as sg
+    from symgraph.parallel import distributed
+    from symgraph.util import atomic_open
+
+    # join the other processes before JAX starts (only under a launcher)
+    kv = sg.kv.create("dist_sync") if distributed.settings_from_env() else sg.kv.create("local")
+    rank, workers = kv.rank, kv.num_workers
+    if args.fail_rank == rank:
+        print(f"rank {rank} fails on purpose", flush=True)
+        return 3
+    if args.hang_rank == rank:
+        import time
+        print(f"rank {rank} hangs on purpose", flush=True)
+        time.sleep(3600)
+    import jax
+    n_dev = args.devices or len(jax.local_devices())
+    ctx = [sg.cpu(i) for i in range(n_dev)]
+    if args.batch % workers:
+        print(f"--batch {args.batch} is not a multiple of {workers} processes", file=sys.stderr)
+        return 2
+
+    rng = np.random.default_rng(0)  # the same data in every process
+    X = rng.standard_normal((args.samples, 10)).astype(np.float32)
+    y = (X[:, :4].argmax(1)).astype(np.float32)
+
+    def data_iter():
+        return sg.io.NDArrayIter(X, y, batch_size=args.batch // workers, shuffle=True, seed=7,
+                                 part_index=rank, num_parts=workers)
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    prefix = args.prefix or os.path.join(tempfile.mkdtemp(prefix="train_dist"), "mlp")
+    opt = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}
+    mod = sg.mod.Module(net(sg), context=ctx)
+    mod.fit(data_iter(), kvstore=kv, optimizer="sgd", optimizer_params=opt,
+            initializer=sg.init.Xavier(), seed=1, num_epoch=args.epochs,
+            epoch_end_callback=sg.callback.module_checkpoint(mod, prefix,
+                                                             save_optimizer_states=True))
+    arg, aux = mod.get_params()
+
+    # every rank resumes from the first checkpoint rank 0 wrote
+    again = sg.mod.Module.load(prefix, 1, load_optimizer_states=True, context=ctx)
+    again.fit(data_iter(), kvstore=kv, optimizer="sgd", optimizer_params=opt,
+              begin_epoch=1, num_epoch=args.epochs)
+    arg2, aux2 = again.get_params()
+    worst = max(float(np.max(np.abs(a[k].asnumpy() - b[k].asnumpy())))
+                for a, b in ((arg, arg2), (aux, aux2)) for k in a)
+    print(f"rank {rank}/{workers}: {n_dev} device(s), resumed run differs by {worst:.3g}",
+          flush=True)
+    if args.out and rank == 0:
+        values = {f"arg:{k}": v.asnumpy() for k, v in arg.items()}
+        values.update({f"aux:{k}": v.asnumpy() for k, v in aux.items()})
+        values.update({f"resumed:{k}": v.asnumpy() for k, v in {**arg2, **aux2}.items()})
+        with atomic_open(args.out, "wb") as f:
+            np.savez(f, **values)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -46,7 +46,7 @@ def _to_dict(values, names: list[str], what: str) -> dict:
 
 class Executor:
     def __init__(self, symbol, ctx: Context | None, args, args_grad=None, grad_req="write",
-                 aux_states=None, seed: int = 0, memory_measures="auto"):
+                 aux_states=None, seed: int = 0, memory_measures="auto", group2ctx=None):
         self._symbol = symbol
         self._measures_spec = measures_mod.parse(memory_measures)
         self._ctx = ctx or current_context()
@@ -85,13 +85,21 @@ class Executor:
         self._saved = None
         self._programs: dict = {}
         self._wrt = [n for n in arg_names if self._grad_req[n] != "null"]
+        self._group2ctx = None
+        if group2ctx:  # model parallel: each array on its group's device
+            from .parallel import placement
+            self._group2ctx = placement.resolve_group2ctx(g, group2ctx)
+            devs = placement.variable_devices(g, self._wrt, self._group2ctx, self._ctx)
+            for d in (self.arg_dict, self.aux_dict, self.grad_dict):
+                for k, v in d.items():
+                    d[k] = NDArray(jax.device_put(v.data, devs[k].jax_device))
         # check the bound shapes now: a wrong array is named before anything is traced
         infer_shapes(g, {k: v.shape for k, v in {**self.arg_dict, **self.aux_dict}.items()})
 
     # -- construction ---------------------------------------------------------
     @classmethod
     def simple_bind(cls, symbol, ctx=None, grad_req="write", type_dict=None, shapes=None,
-                    memory_measures="auto"):
+                    memory_measures="auto", group2ctx=None):
         """Allocates zero arrays of the inferred shapes and binds them."""
         g = symbol.graph()
         type_dict = {k: dtype_name(v) for k, v in (type_dict or {}).items()}
@@ -111,7 +119,8 @@ class Executor:
 
         args = {n.name: zeros(n) for n in g.arguments}
         aux = {n.name: zeros(n) for n in g.aux_states}
-        return cls(symbol, ctx, args, None, grad_req, aux, memory_measures=memory_measures)
+        return cls(symbol, ctx, args, None, grad_req, aux, memory_measures=memory_measures,
+                   group2ctx=group2ctx)
 
     def _nd(self, v) -> NDArray:
         if isinstance(v, NDArray):
@@ -149,7 +158,14 @@ class Executor:
 
         def jitted(graph, train=True):
             return measures_mod.jit(measures_mod.lower_measured(graph, train, ms), ms)
-        if kind == "infer":
+        if self._group2ctx is not None:  # one program per device segment
+            from .parallel.placement import placed_programs
+            prog = placed_programs(g, kind, self._wrt, self._group2ctx, self._ctx, ms)
+            if len(prog) == 2:  # (program, placement): no backward
+                prog = (prog[0], None) if kind == "infer" else (prog[0], None, [], [])
+            else:
+                prog = prog[:4]
+        elif kind == "infer":
             prog = (jitted(g, False), None)
         elif not self._wrt:  # training mode without any gradient: no backward
             prog = (jitted(g), None, [], [])

@@ -254,19 +254,21 @@ class Symbol:
 
     # -- binding -------------------------------------------------------------------
     def simple_bind(self, ctx=None, grad_req="write", type_dict=None, memory_measures="auto",
-                    **shapes):
+                    group2ctx=None, **shapes):
         """Binds zero arrays of the inferred shapes. ``memory_measures``:
         how the programs are lowered (``symgraph.measures``: 'auto', 'none'
-        or measure names)."""
+        or measure names). ``group2ctx``: ctx_group name -> device (model
+        parallel, docs/training.md)."""
         from .executor import Executor
         return Executor.simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict,
-                                    shapes=shapes, memory_measures=memory_measures)
+                                    shapes=shapes, memory_measures=memory_measures,
+                                    group2ctx=group2ctx)
 
     def bind(self, ctx=None, args=None, args_grad=None, grad_req="write", aux_states=None,
-             memory_measures="auto"):
+             memory_measures="auto", group2ctx=None):
         from .executor import Executor
         return Executor(self, ctx, args, args_grad, grad_req, aux_states,
-                        memory_measures=memory_measures)
+                        memory_measures=memory_measures, group2ctx=group2ctx)
 
     def eval(self, ctx=None, **kwargs):
         """Runs the symbol once on NDArrays (inference); returns the outputs."""

@@ -1,0 +1,205 @@
+"""Model parallel: a placed graph run as one XLA program per device segment.
+
+``passes/place.py`` decides where each node runs and inserts the
+``_CrossDeviceCopy`` nodes; this module runs the result. JAX compiles one
+program for one set of devices, and a jitted function whose arguments sit
+on different devices is refused, so the placed graph is cut into
+*segments*: maximal runs of nodes (in the graph's topological order) on one
+device. Each segment is lowered and jitted like any graph (the memory
+measures included) and runs where its inputs are; each copy node is a
+``jax.device_put`` between segments. Every node lowers exactly as on one
+device (random keys are derived from node names), so outputs, gradients
+and aux states equal a one-device run.
+
+``resolve_group2ctx`` checks a user's ``group2ctx``; ``placed_programs``
+gives the Executor its programs.
+"""
+from __future__ import annotations
+
+import jax
+
+from .. import measures as measures_mod
+from ..context import Context
+from ..errors import ContextError
+from ..graph import Entry, Graph, entry_key
+from ..passes.gradient import TrainingSplit
+from ..passes.place import COPY_OP, GROUP_KEY, PlacementError, Placement, check_group2ctx, place
+
+
+def parse_context(value) -> Context:
+    """A Context from a Context, ``'cpu:1'``, ``'cpu(1)'`` or ``'gpu1'``."""
+    if isinstance(value, Context):
+        return value
+    if isinstance(value, str):
+        s = value.strip().lower().replace("(", ":").rstrip(")")
+        kind, _, num = s.partition(":")
+        if not num:
+            kind, num = kind.rstrip("0123456789"), kind[len(kind.rstrip("0123456789")):]
+        if kind in ("cpu", "gpu") and num.isdigit():
+            return Context(kind, int(num))
+    raise PlacementError(f"{value!r} is not a device; use sg.cpu(i), sg.gpu(i) or 'cpu:i'")
+
+
+def parse_group2ctx_arg(text: str) -> dict:
+    """``'stage1=cpu:1,stage2=cpu:2'`` (the CLI's --group2ctx) as a dict."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, dev = part.partition("=")
+        if not sep or not name.strip():
+            raise PlacementError(f"--group2ctx: {part!r} is not GROUP=DEVICE "
+                                 f"(e.g. stage1=cpu:1,stage2=cpu:2)")
+        out[name.strip()] = parse_context(dev)
+    if not out:
+        raise PlacementError("--group2ctx is empty; give GROUP=DEVICE pairs")
+    return out
+
+
+def resolve_group2ctx(graph: Graph, group2ctx: dict, check_devices: bool = True) -> dict:
+    """group -> Context, checked against the graph's ctx_group attributes
+    (PlacementError) and, with ``check_devices``, against this machine's
+    devices (ContextError naming the device)."""
+    if not isinstance(group2ctx, dict):
+        raise PlacementError(f"group2ctx must be a dict of group name -> device, "
+                             f"got {type(group2ctx).__name__}")
+    out = {str(k): parse_context(v) for k, v in group2ctx.items()}
+    check_group2ctx(graph, out)
+    if check_devices:
+        for g, ctx in out.items():
+            try:
+                ctx.jax_device
+            except ContextError as err:
+                raise ContextError(f"group2ctx['{g}']: {err}") from None
+    return out
+
+
+class StagedProgram:
+    """``f(feeds, key) -> (outputs, aux_updates)`` as ``lower.lower``'s
+    function, for ``outputs`` of a placed graph given the feeds named in
+    ``fed`` (variable names and entry keys): one jitted program per device
+    segment, copies as device transfers."""
+
+    def __init__(self, placement: Placement, outputs: list, fed, is_train: bool, measures):
+        g = placement.graph
+        self.placement = placement
+        self.outputs = list(outputs)
+        self.jax_devices = [d.jax_device for d in placement.devices]
+        fed = set(fed)
+        needed = self._needed(g, self.outputs, fed)
+        # steps: ("seg", device index, [nodes]) or ("copy", node)
+        steps: list = []
+        for nid in sorted(needed):
+            n = g.nodes[nid]
+            if n.op is None:
+                continue
+            d = placement.device[n.name]
+            if n.op.name == COPY_OP:
+                steps.append(("copy", d, [n]))
+            elif steps and steps[-1][0] == "seg" and steps[-1][1] == d:
+                steps[-1][2].append(n)
+            else:
+                steps.append(("seg", d, [n]))
+        later_reads: set = {entry_key(e) if e.node.op is not None else e.node.name
+                            for e in self.outputs}
+        self.steps = []
+        # walk backwards: a segment returns what later steps or the outputs read
+        for kind, d, nodes in reversed(steps):
+            mine = {id(n) for n in nodes}
+            ins, outs = [], []
+            for n in nodes:
+                for e in n.inputs:
+                    if id(e.node) not in mine:
+                        k = e.node.name if e.node.op is None else entry_key(e)
+                        if k not in ins:
+                            ins.append(k)
+                for i in range(n.num_outputs):
+                    k = entry_key(Entry(n, i))
+                    if k in later_reads:
+                        outs.append((k, Entry(n, i)))
+            later_reads |= set(ins)
+            if kind == "copy":
+                self.steps.append((kind, d, ins[0], outs[0][0] if outs else None))
+                continue
+            sub = Graph([e for _, e in outs])
+            fn = measures_mod.jit(measures_mod.lower_measured(sub, is_train, measures), measures)
+            self.steps.append((kind, d, ins, ([k for k, _ in outs], fn)))
+        self.steps.reverse()
+        self.num_programs = sum(1 for s in self.steps if s[0] == "seg")
+
+    @staticmethod
+    def _needed(g: Graph, outputs: list, fed: set) -> set:
+        """Node ids the outputs need, stopping at fed entries."""
+        needed, stack = set(), list(outputs)
+        while stack:
+            e = stack.pop()
+            k = e.node.name if e.node.op is None else entry_key(e)
+            nid = g.node_id(e.node)
+            if k in fed or nid in needed:
+                continue
+            needed.add(nid)
+            stack.extend(e.node.inputs)
+        return needed
+
+    def __call__(self, feeds: dict, key=None):
+        env = dict(feeds)
+        aux: dict = {}
+        for kind, d, ins, rest in self.steps:
+            dev = self.jax_devices[d]
+            if kind == "copy":
+                if rest is not None:
+                    env[rest] = jax.device_put(env[ins], dev)
+                continue
+            keys, fn = rest
+            # device_put is free for an array already there (arguments, copies)
+            sub = {k: jax.device_put(env[k], dev) for k in ins}
+            k = None if key is None else jax.device_put(key, dev)
+            outs, upd = fn(sub, k)
+            # an output computed from no argument (zeros_like: jit drops the unused
+            # input) would land on the default device
+            env.update((name, jax.device_put(o, dev)) for name, o in zip(keys, outs))
+            aux.update(upd)
+        return [env[entry_key(e) if e.node.op is not None else e.node.name]
+                for e in self.outputs], aux
+
+
+def placed_programs(graph: Graph, kind: str, wrt: list, group2ctx: dict, default: Context,
+                    measures) -> tuple:
+    """The Executor's programs for ``kind`` ('infer' or 'train') placed by
+    ``group2ctx``: (program,) for inference and training without gradients,
+    else (forward, backward, saved keys, heads, placement) as the one-device
+    path's ``TrainingSplit`` gives them."""
+    train = kind != "infer"
+    if not train or not wrt:
+        pl = place(graph, group2ctx, default)
+        feeds = {n.name for n in pl.graph.variables}
+        return (StagedProgram(pl, pl.graph.outputs, feeds, train, measures), pl)
+    split = TrainingSplit(graph, wrt)
+    pl = place(split.full, group2ctx, default, split.origin)
+    g, n_out = pl.graph, split.num_outputs
+    fwd_ids = {id(n) for n in Graph(g.outputs[:n_out]).nodes}
+    saved: dict = {}
+    for n in g.nodes:
+        if id(n) in fwd_ids or n.op is None:
+            continue
+        for e in n.inputs:
+            if id(e.node) in fwd_ids and e.node.op is not None:
+                saved.setdefault(entry_key(e), e)
+    variables = {n.name for n in g.variables}
+    fwd = StagedProgram(pl, list(g.outputs[:n_out]) + list(saved.values()), variables,
+                        True, measures)
+    bwd = StagedProgram(pl, g.outputs[n_out:], variables | set(saved), True, measures)
+    return fwd, bwd, list(saved), split.heads, pl
+
+
+def variable_devices(graph: Graph, wrt: list, group2ctx: dict, default: Context) -> dict:
+    """variable name -> Context where a placed Executor keeps its array
+    (the placement of the training graph when there are gradients)."""
+    if wrt:
+        split = TrainingSplit(graph, wrt)
+        pl = place(split.full, group2ctx, default, split.origin)
+    else:
+        pl = place(graph, group2ctx, default)
+    return {n.name: pl.device_of(n) for n in pl.graph.variables}
+
+
+__all__ = ["GROUP_KEY", "StagedProgram", "parse_context", "parse_group2ctx_arg",
+           "placed_programs", "resolve_group2ctx", "variable_devices"]

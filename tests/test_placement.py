@@ -1,0 +1,171 @@
+"""Model parallel: ctx_group placement, one program per device segment, and
+the memory plan per device (issue 13, items 2 and 3)."""
+import json
+
+import numpy as np
+import pytest
+
+import symgraph as sg
+from symgraph.errors import ContextError, SymgraphError
+from symgraph.passes.gradient import TrainingSplit
+from symgraph.passes.place import COPY_OP, PlacementError, contiguous_groups, place, with_groups
+
+# an MXNet 1.x symbol file (strings for every attribute, arg_nodes, heads):
+# conv -> BatchNorm -> relu on stage1, fully connected -> softmax on stage2;
+# 'data' and 'softmax_label' carry no group (placement follows their readers)
+MXNET_JSON = {
+    "nodes": [
+        {"op": "null", "name": "data", "inputs": []},
+        {"op": "null", "name": "conv1_weight", "attrs": {"__ctx_group__": "stage1"},
+         "inputs": []},
+        {"op": "null", "name": "conv1_bias", "attrs": {"__ctx_group__": "stage1"},
+         "inputs": []},
+        {"op": "Convolution", "name": "conv1",
+         "attrs": {"__ctx_group__": "stage1", "kernel": "(3, 3)", "num_filter": "4",
+                   "pad": "(1, 1)"},
+         "inputs": [[0, 0, 0], [1, 0, 0], [2, 0, 0]]},
+        {"op": "null", "name": "bn1_gamma", "attrs": {"__ctx_group__": "stage1"},
+         "inputs": []},
+        {"op": "null", "name": "bn1_beta", "attrs": {"__ctx_group__": "stage1"},
+         "inputs": []},
+        {"op": "null", "name": "bn1_moving_mean", "attrs": {"__ctx_group__": "stage1"},
+         "inputs": []},
+        {"op": "null", "name": "bn1_moving_var", "attrs": {"__ctx_group__": "stage1"},
+         "inputs": []},
+        {"op": "BatchNorm", "name": "bn1", "attrs": {"__ctx_group__": "stage1",
+                                                       "fix_gamma": "False"},
+         "inputs": [[3, 0, 0], [4, 0, 0], [5, 0, 0], [6, 0, 1], [7, 0, 1]]},
+        {"op": "Activation", "name": "relu1",
+         "attrs": {"__ctx_group__": "stage1", "act_type": "relu"}, "inputs": [[8, 0, 0]]},
+        {"op": "null", "name": "fc_weight", "attrs": {"__ctx_group__": "stage2"},
+         "inputs": []},
+        {"op": "null", "name": "fc_bias", "attrs": {"__ctx_group__": "stage2"},
+         "inputs": []},
+        {"op": "FullyConnected", "name": "fc",
+         "attrs": {"__ctx_group__": "stage2", "num_hidden": "5"},
+         "inputs": [[9, 0, 0], [10, 0, 0], [11, 0, 0]]},
+        {"op": "null", "name": "softmax_label", "inputs": []},
+        {"op": "SoftmaxOutput", "name": "softmax", "attrs": {"__ctx_group__": "stage2"},
+         "inputs": [[12, 0, 0], [13, 0, 0]]},
+    ],
+    "arg_nodes": [0, 1, 2, 4, 5, 6, 7, 10, 11, 13],
+    "node_row_ptr": list(range(17)),
+    "heads": [[14, 0, 0]],
+    "attrs": {"mxnet_version": ["int", 10901]},
+}
+SHAPES = {"data": (4, 2, 5, 5), "softmax_label": (4,)}
+G2C = {"stage1": sg.cpu(1), "stage2": sg.cpu(2)}
+
+
+def _net():
+    return sg.sym.load_json(json.dumps(MXNET_JSON))
+
+
+def _bind(net, group2ctx=None):
+    ex = net.simple_bind(sg.cpu(0), type_dict={k: "float64" for k in SHAPES},
+                         group2ctx=group2ctx, **SHAPES)
+    rng = np.random.default_rng(0)
+    for k, v in ex.arg_dict.items():
+        v[:] = (rng.integers(0, 5, v.shape) if k == "softmax_label"
+                else rng.standard_normal(v.shape))
+    for k, v in ex.aux_dict.items():
+        v[:] = rng.uniform(0.5, 1.5, v.shape)
+    return ex
+
+
+def test_mxnet_file_keeps_ctx_group():
+    net = _net()
+    attrs = net.attr_dict()
+    assert attrs["conv1"]["__ctx_group__"] == "stage1"
+    assert attrs["fc_weight"]["__ctx_group__"] == "stage2"
+    again = json.loads(net.tojson())
+    assert {n["name"]: n.get("attrs", {}).get("__ctx_group__") for n in again["nodes"]} == \
+        {n["name"]: n.get("attrs", {}).get("__ctx_group__") for n in MXNET_JSON["nodes"]}
+
+
+def test_place_inserts_one_copy_per_crossing_and_places_backward_with_forward():
+    g = _net().graph()
+    split = TrainingSplit(g, [n for n in g.list_arguments() if n not in SHAPES])
+    pl = place(split.full, {"stage1": "d1", "stage2": "d2"}, "d0", split.origin)
+    dev = {n.name: pl.device_of(n) for n in pl.graph.nodes}
+    copies = [n for n in pl.graph.nodes if n.op is not None and n.op.name == COPY_OP]
+    # forward relu1 -> fc, and the backward fc -> relu1: nothing else crosses
+    assert sorted(n.name for n in copies) == sorted(pl.copies) and len(copies) == 2
+    assert {dev[c.name] for c in copies} == {"d1", "d2"}
+    assert dev["data"] == dev["conv1_backward"] == dev["relu1_backward"] == "d1"
+    assert dev["softmax_label"] == dev["fc_backward"] == "d2"
+    for n in pl.graph.nodes:  # every edge joins two nodes on one device, but at a copy
+        for e in n.inputs:
+            if n.op.name != COPY_OP:
+                assert dev[e.node.name] == dev[n.name], (e.node.name, n.name)
+    # the input graph is unchanged (passes are pure)
+    assert not any(n.op is not None and n.op.name == COPY_OP for n in split.full.nodes)
+
+
+def test_with_groups_and_contiguous_groups():
+    g = _net().graph()
+    grp = contiguous_groups(g, [2])
+    ops = [n.name for n in g.nodes if n.op is not None]
+    assert [grp[n] for n in ops] == ["stage1", "stage1", "stage2", "stage2", "stage2"]
+    assert grp["data"] == "stage1" and grp["softmax_label"] == "stage2"
+    g2 = with_groups(g, grp)
+    assert {n.name: n.attrs.get("__ctx_group__") for n in g2.nodes} == grp
+    with pytest.raises(PlacementError, match="not ascending"):
+        contiguous_groups(g, [4, 2])
+
+
+@pytest.mark.parametrize("bind", ["simple_bind", "bind"])
+def test_bind_group2ctx_equals_one_device(bind):
+    net = _net()
+    one = _bind(net)
+    if bind == "simple_bind":
+        two = _bind(net, G2C)
+    else:
+        two = net.bind(sg.cpu(0), args={k: v.asnumpy() for k, v in one.arg_dict.items()},
+                       aux_states={k: v.asnumpy() for k, v in one.aux_dict.items()},
+                       group2ctx={"stage1": "cpu:1", "stage2": "cpu(2)"})
+    # arrays live on their group's device; data and label follow their readers
+    want = {"data": 1, "conv1_weight": 1, "bn1_gamma": 1, "fc_weight": 2, "fc_bias": 2,
+            "softmax_label": 2}
+    for k, d in want.items():
+        assert two.arg_dict[k].context == sg.cpu(d), k
+    for k in ("bn1_moving_mean", "bn1_moving_var"):
+        assert two.aux_dict[k].context == sg.cpu(1)
+    for step in range(2):  # twice: the moving statistics move on
+        o1 = one.forward(is_train=True)[0].asnumpy()
+        o2 = two.forward(is_train=True)
+        assert o2[0].context == sg.cpu(2)
+        np.testing.assert_allclose(o2[0].asnumpy(), o1, rtol=1e-12, atol=1e-14)
+        one.backward()
+        two.backward()
+        for k, g1 in one.grad_dict.items():
+            g2 = two.grad_dict[k]
+            assert g2.dtype == np.float64
+            np.testing.assert_allclose(g2.asnumpy(), g1.asnumpy(), rtol=1e-12, atol=1e-14,
+                                       err_msg=k)
+            if k in want:
+                assert g2.context == sg.cpu(want[k]), k
+        for k, a1 in one.aux_dict.items():
+            np.testing.assert_allclose(two.aux_dict[k].asnumpy(), a1.asnumpy(), rtol=1e-12)
+            assert two.aux_dict[k].context == sg.cpu(1)
+    # the training programs: one per device segment, copies between
+    fwd, bwd = two._programs["train"][:2]
+    assert [s[:2] for s in fwd.steps] == [("seg", 1), ("copy", 2), ("seg", 2)]
+    assert fwd.num_programs == 2 and bwd.num_programs >= 2
+    np.testing.assert_allclose(two.forward()[0].asnumpy(), one.forward()[0].asnumpy(),
+                               rtol=1e-12)
+
+
+def test_bad_group2ctx():
+    net = _net()
+    with pytest.raises(PlacementError, match="group 'stage3', which no node"):
+        net.simple_bind(sg.cpu(0), group2ctx={**G2C, "stage3": sg.cpu(3)}, **SHAPES)
+    with pytest.raises(PlacementError, match="ctx_group 'stage2', which group2ctx does not map"):
+        net.simple_bind(sg.cpu(0), group2ctx={"stage1": sg.cpu(1)}, **SHAPES)
+    with pytest.raises(ContextError, match=r"group2ctx\['stage2'\]: cpu\(99\) does not exist"):
+        net.simple_bind(sg.cpu(0), group2ctx={"stage1": sg.cpu(1), "stage2": sg.cpu(99)},
+                        **SHAPES)
+    with pytest.raises(PlacementError, match="is not a device"):
+        net.simple_bind(sg.cpu(0), group2ctx={"stage1": "tpu:1", "stage2": "cpu:2"}, **SHAPES)
+    for err in (PlacementError, ContextError):
+        assert issubclass(err, SymgraphError)

@@ -246,8 +246,8 @@ def max_batch(net, shapes: dict, budget, train: bool = True, optimizer=None,
     from tqdm import tqdm
     import sys
     # disable=None: no bar where stderr is no terminal (a pipe, a test's capture)
-    bar = tqdm(desc="max-batch", unit="plan", file=sys.stderr, disable=None if progress else True,
-               leave=False)
+    bar = tqdm(desc="max-batch", unit="plan", file=sys.stderr,
+               disable=None if progress else True, leave=False)
     try:
         lo, hi = _search(run, limit, bar)
         if lo == 0:

@@ -1,0 +1,168 @@
+"""A footprint you can predict: the bytes the program that runs will need,
+from the plan alone (nothing compiled).
+
+    from symgraph.memory.predict import predict
+    pr = predict(plan)               # plan: sg.plan(net, shapes, train=...)
+    pr.total, pr.parts
+
+XLA's figure for a program is temp + argument + output - alias
+(``symgraph.xla.footprint``). The rule (docs/memory.md, "A footprint you
+can predict", has the measurements behind it):
+
+- *argument, output - alias* are known exactly: the arguments bucket
+  (data, labels, parameters), aux states, the optimizer's state (SGD with
+  momentum 0.9 unless another is named: the step ``xla.training_step``
+  compiles), and the forward outputs (not donated, so not aliased).
+- *temp* is the plan of the same graph as XLA sees it, with two changes:
+  1. in training XLA fuses cheap forward ops (activations, elementwise
+     ops, BatchNorm's normalisation) into their consumers and recomputes
+     them in the backward from the tensor they read, instead of keeping
+     their outputs: the prediction plans the graph with those ops
+     recomputed (``passes.recompute.rewrite``);
+  2. in training the fused step holds each parameter gradient in temp
+     from the backward node that makes it until the update at the end:
+     the prediction plans the gradients as internal tensors, where the
+     plan keeps them in their own bucket.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# what XLA recomputes in the backward rather than keeping (training)
+CHEAP_FAMILIES = ("activation", "elementwise")
+CHEAP_OPS = ("BatchNorm",)
+
+
+@dataclass
+class Prediction:
+    """``total``: predicted bytes of the program (XLA's temp + argument +
+    output - alias); ``parts``: arguments, aux, optimizer, outputs, temp;
+    ``recomputed``: the forward nodes the rule takes XLA to recompute."""
+
+    total: int
+    parts: dict
+    recomputed: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"total": int(self.total), "parts": {k: int(v) for k, v in self.parts.items()}}
+
+
+def cheap(node) -> bool:
+    """Whether XLA recomputes this forward op in the backward (see the rule)."""
+    op = node.op
+    return op is not None and not op.is_loss and (op.family in CHEAP_FAMILIES
+                                                   or op.name in CHEAP_OPS)
+
+
+def _optimizer_state(plan, optimizer) -> int:
+    from .maxbatch import optimizer_state_bytes
+    if not plan.train:
+        return 0
+    return optimizer_state_bytes(plan, "momentum" if optimizer is None else optimizer)
+
+
+def _forward_outputs(plan) -> int:
+    from .liveness import entry_nbytes
+    g, inf = plan.graph, plan.inferred
+    return sum(entry_nbytes(inf, g.entry_id(e)) for e in g.outputs[:plan.num_forward_outputs])
+
+
+def _measures(plan) -> tuple:
+    """The memory measures the Module's program gets for this plan (the rule)."""
+    from .. import measures as measures_mod
+    from ..graph import Graph
+    g = Graph(plan.graph.outputs[:plan.num_forward_outputs])
+    return tuple(measures_mod.default_measures(g, plan.train))
+
+
+def _concat_fusion(plan):
+    """The plan's fusion with each cheap group read only by a Concat merged
+    into the Concat's group: XLA computes such a group inside the
+    concatenation's loop and never stores its output (inference)."""
+    from ..passes.fuse import Fusion
+    g, fusion = plan.graph, plan.fusion
+    nid = {id(n): i for i, n in enumerate(g.nodes)}
+    readers = {}
+    for n in g.nodes:
+        for e in n.inputs:
+            readers.setdefault((id(e.node), e.index), []).append(n)
+    outs = {(id(e.node), e.index) for e in g.outputs}
+    root = list(fusion.root)
+    groups = {grp[-1]: list(grp) for grp in fusion.groups}
+    for i, n in enumerate(g.nodes):
+        if n.op is None or n.op.name != "Concat" or fusion.root[i] != i:
+            continue
+        merged = list(groups.pop(i, [i]))
+        for e in n.inputs:
+            p = nid[id(e.node)]
+            members = groups.get(p, [p])
+            if (e.node.op is None or fusion.root[p] != p or (id(e.node), e.index) in outs
+                    or len(readers.get((id(e.node), e.index), ())) != 1
+                    or len(e.node.outputs if hasattr(e.node, "outputs") else [0]) != 1
+                    or not all(cheap(g.nodes[m]) for m in members)):
+                continue
+            groups.pop(p, None)
+            merged += members
+        merged = sorted(set(merged))
+        for m in merged:
+            root[m] = i
+        if len(merged) > 1:
+            groups[i] = merged
+    return Fusion(g, tuple(root), tuple(tuple(v) for v in groups.values()))
+
+
+def _arena(g, inf, fusion, schedule, external) -> int:
+    """The arena plan's bytes for a graph under a given fusion."""
+    from ..passes.schedule import schedule as schedule_pass
+    from . import arena as arena_mod
+    from . import planner
+    from .liveness import analyze, entry_nbytes
+    steps = schedule_pass(g, fusion, schedule, nbytes=lambda eid: entry_nbytes(inf, eid))
+    live = analyze(g, inf, fusion, steps, external)
+    lb, _, _ = planner.lower_bound(live)
+    both = planner.pool_plan(live, "both", inplace=True, match_range=16, parallel_safe=True)
+    return arena_mod.arena_plan(live, lb, fallback=both).total
+
+
+def predicted_temp(plan) -> tuple:
+    """(bytes, recomputed node names): XLA's temp as the rule predicts it."""
+    from ..passes.infer import infer_shapes
+    from ..passes.recompute import forward_nodes, rewrite
+    from .liveness import entry_nbytes
+    from .pipeline import plan_graph
+    g, inf = plan.graph, plan.inferred
+    schedule = plan.options.get("schedule", "dfs")
+    if not plan.train:
+        if not plan.options.get("fuse", True):
+            return plan.internal["arena"], []
+        return _arena(g, inf, _concat_fusion(plan), schedule, ()), []
+    names = [n.name for n in forward_nodes(g, plan.num_forward_outputs) if cheap(n)]
+    g2 = rewrite(g, plan.num_forward_outputs, names)
+    shapes = {n.name: inf.shapes[g.entry_id_of_node(n)] for n in g.variables}
+    dtypes = {n.name: inf.dtypes[g.entry_id_of_node(n)] for n in g.variables}
+    inf2 = infer_shapes(g2, shapes, dtypes)
+    grads = [g2.entry_id(e) for e in g2.outputs[plan.num_forward_outputs:]]
+    # XLA's memory-optimized scheduler runs each parameter's update as soon
+    # as its gradient is made (one gradient alive at a time); XLA's default
+    # scheduler updates at the end, every gradient alive until then
+    early = "scheduler" in _measures(plan)
+    p2 = plan_graph(g2, inf2, train=True, num_forward_outputs=plan.num_forward_outputs,
+                    external=grads if early else (), fuse=plan.options.get("fuse", True),
+                    schedule=schedule, verify=False, name=plan.net)
+    temp = p2.internal["arena"]
+    if early:
+        temp += max((entry_nbytes(inf2, e) for e in grads), default=0)
+    return temp, names
+
+
+def predict(plan, optimizer=None) -> Prediction:
+    """The predicted footprint of the program a Module runs for ``plan``'s
+    net (training: the fit step with ``optimizer``, default SGD with
+    momentum 0.9; inference: predict's program)."""
+    temp, names = predicted_temp(plan)
+    outputs = _forward_outputs(plan)
+    parts = {"arguments": plan.buckets["arguments"], "aux": plan.buckets["aux"],
+             "optimizer": _optimizer_state(plan, optimizer), "outputs": outputs,
+             # the forward outputs are planned tensors: counted once, as outputs
+             "temp": max(0, temp - outputs)}
+    return Prediction(total=int(sum(parts.values())), parts=parts, recomputed=names)

@@ -19,6 +19,7 @@ from ..passes.fuse import Fusion, fuse as fuse_pass, no_fusion
 from ..passes.gradient import build_gradient_with_heads
 from ..passes.infer import Inferred, check_shapes, infer_shapes
 from ..passes.prune import prune
+from ..passes.recompute import RECOMPUTE_ATTR, is_recompute
 from ..passes.schedule import schedule as schedule_pass
 from . import arena as arena_mod
 from . import planner
@@ -88,6 +89,16 @@ class Plan:
     verified: bool = False
     arena_checked: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)
+    # plan(group2ctx=...): the plan per device (memory/devices.py's Devices)
+    devices: object = None
+    # a budgeted or recompute plan (memory/budget.py): the budget in bytes,
+    # the recomputed forward nodes ({"name", "op", "bytes", "flops"}), the
+    # FLOPs they add, the FLOPs of the plain training step, the algorithm
+    budget: int | None = None
+    recompute: list = field(default_factory=list)
+    extra_flops: int = 0
+    step_flops: int | None = None
+    algorithm: str | None = None
 
     # -- figures ---------------------------------------------------------------
     @property
@@ -95,6 +106,12 @@ class Plan:
         d = {k: self.assignments[k].total for k in PLACED}
         d["lower_bound"] = self.lower_bound
         return {k: d[k] for k in STRATEGIES}
+
+    @property
+    def total(self) -> int:
+        """What the device holds: arguments + gradients + aux + optimizer
+        state + the internal bytes of the plan's strategy."""
+        return sum(self.buckets.values()) + self.internal[self.strategy]
 
     @property
     def fused_groups(self) -> list:
@@ -180,10 +197,11 @@ def _var_bytes(graph: Graph, inf: Inferred, nodes) -> int:
 
 
 def build_graph(net, shapes: dict, train: bool, dtypes=None, outputs=None, wrt=None,
-                data_names=None, label_names=None):
+                data_names=None, label_names=None, origin: dict | None = None):
     """(planned graph, inferred shapes, number of forward outputs, gradient
     entry ids): the forward graph pruned to ``outputs``, with the parameter
-    gradients appended when training."""
+    gradients appended when training (``origin``, if given, gets backward
+    node -> forward node from the gradient pass)."""
     g = as_graph(net)
     if outputs is not None:
         g = prune(g, outputs)
@@ -196,7 +214,7 @@ def build_graph(net, shapes: dict, train: bool, dtypes=None, outputs=None, wrt=N
     if not wrt:
         raise PlanError("training plan: the network has no parameters to take gradients "
                         "of (every argument is data or a label)")
-    full, heads = build_gradient_with_heads(g, wrt)
+    full, heads = build_gradient_with_heads(g, wrt, origin)
     gg = prune(full)
     known = dict(shapes)
     types = dict(dtypes or {})
@@ -218,7 +236,8 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
          label_names=None, fuse: bool = True, schedule="dfs",
          match_range: int = DEFAULT_MATCH_RANGE, parallel_safe: bool = True,
          verify: bool = True, execute: bool = False, xla: bool = False,
-         xla_measures="auto", name: str | None = None) -> Plan:
+         xla_measures="auto", name: str | None = None, group2ctx=None, budget=None, optimizer=None,
+         recompute=None, mirror: bool = False) -> Plan:
     """Plans the memory of ``net`` (a Symbol or Graph) for input ``shapes``.
 
     train: plan the training graph (forward + the gradients of ``wrt``,
@@ -242,30 +261,124 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
         program ``predict`` runs) and record XLA's memory_analysis() and
         which program it was (``xla_measures``: the memory measures, 'auto'
         for the rule a Module uses, 'none', or names).
+    group2ctx: ctx_group name -> device (``sg.cpu(1)`` or 'cpu:1'): also plan
+        each device's part (``Plan.devices``, memory/devices.py); the
+        devices need not exist on this machine.
+    budget: bytes, or text such as '6GiB', '512MiB', '6GB' (6e9): the plan
+        drops forward tensors and recomputes them in the backward so that
+        ``plan.total`` (arguments + gradients + aux + optimizer + internal)
+        fits, with the least extra FLOPs on the algorithm's frontier
+        (``memory/budget.py``); BudgetError (naming the smallest total
+        reachable) when nothing fits. Training only.
+    optimizer: None/'sgd', 'momentum', 'nag', 'adam', 'adamw', 'rmsprop':
+        its state (``buckets['optimizer']``) counts in the total.
+    recompute: None or 'auto' (the solver when a budget is given, else no
+        recompute), 'none', 'mirror', 'sqrt', 'solver', or a list of forward
+        node names; ``mirror=True`` is ``recompute='mirror'``. Without a
+        budget the algorithm's own set is planned (solver: least memory).
     """
     if strategy not in PLACED:
         if strategy == "lower_bound":
             raise PlanError("lower_bound is a bound, not a plan; choose one of "
                             + ", ".join(PLACED))
         raise PlanError(f"unknown strategy {strategy!r}; choose one of {', '.join(PLACED)}")
+    from . import budget as budget_mod
+    algorithm, explicit = _recompute_choice(recompute, mirror, budget)
+    budget_bytes = None if budget is None else budget_mod.parse_budget(budget)
+    if not train and (budget is not None or algorithm is not None or explicit is not None
+                      or optimizer is not None):
+        what = ("a budget" if budget is not None else
+                "optimizer state" if optimizer is not None else "recompute")
+        raise PlanError(f"{what} needs a training plan (train=True): an inference plan "
+                        f"has no backward to recompute in")
     shapes = check_shapes(shapes)  # checked once, here: the report shows them
     timings = {}
     t0 = time.perf_counter()
+    origin: dict = {}  # backward node -> forward node: where group2ctx places it
     g, inf, n_fwd, grads = build_graph(net, shapes, train, dtypes, outputs, wrt,
-                                       data_names, label_names)
+                                       data_names, label_names, origin)
     t1 = time.perf_counter()
     timings["graph"] = t1 - t0
-    result = plan_graph(g, inf, train=train, strategy=strategy, num_forward_outputs=n_fwd,
-                        external=grads, fuse=fuse, schedule=schedule,
-                        match_range=match_range, parallel_safe=parallel_safe, verify=verify,
-                        name=name or _net_name(g), shapes=shapes or {})
-    result.timings = {**timings, **result.timings}
+    opt_bytes = budget_mod.optimizer_bytes(sum(entry_nbytes(inf, e) for e in grads), optimizer)
+    kw = dict(train=train, strategy=strategy, num_forward_outputs=n_fwd, fuse=fuse,
+              schedule=schedule, match_range=match_range, parallel_safe=parallel_safe,
+              verify=verify, name=name or _net_name(g), shapes=shapes or {})
+    if budget_bytes is None and algorithm is None and explicit is None:
+        result = plan_graph(g, inf, external=grads, **kw)
+        rows, extra = [], 0
+    else:
+        problem = budget_mod.Problem(g, inf, n_fwd, strategy=strategy, fuse=fuse,
+                                     schedule=schedule, match_range=match_range,
+                                     parallel_safe=parallel_safe)
+        fixed = (_var_bytes(g, inf, g.arguments) + sum(entry_nbytes(inf, e) for e in grads)
+                 + _var_bytes(g, inf, g.aux_states) + opt_bytes)
+        point = None
+        if explicit is not None:
+            names = explicit
+        elif algorithm is not None:
+            point = budget_mod.choose(problem, algorithm, budget_bytes, fixed)
+            names = point.names
+        else:
+            names = ()  # recompute='none' under a budget
+        r, rinf = problem.rewritten(names)
+        result = plan_graph(r, rinf, external=[r.entry_id(e) for e in r.outputs[n_fwd:]], **kw)
+        if point is not None and result.internal[strategy] != point.internal:
+            raise PlanError(f"planner bug: the frontier's {strategy} figure "
+                            f"{point.internal} is not the plan's {result.internal[strategy]}")
+        cloned = {n.attrs[RECOMPUTE_ATTR] for n in r.nodes if is_recompute(n)}
+        kept = [n.name for n in problem.fwd if n.name in cloned]
+        rows = budget_mod.recompute_rows(problem, kept)
+        extra = sum(problem.flops[x] for x in kept)
+        total = fixed + result.internal[strategy]
+        if budget_bytes is not None and total > budget_bytes:
+            how = "with the recompute set given" if explicit is not None else "without recompute"
+            raise budget_mod.BudgetError(
+                f"budget {budget_mod.fmt_bytes(budget_bytes)} is below the total "
+                f"{how}, {budget_mod.fmt_bytes(total)}", budget=budget_bytes, smallest=total)
+    result.buckets["optimizer"] = opt_bytes
+    result.budget = budget_bytes
+    result.recompute = rows
+    result.extra_flops = extra
+    result.step_flops = budget_mod.graph_flops(g, inf)
+    result.algorithm = algorithm if explicit is None else "explicit"
+    if algorithm is None and explicit is None and budget_bytes is not None:
+        result.algorithm = "none"
+    t2 = time.perf_counter()
+    result.timings = {**timings, **result.timings, "total": t2 - t0}
+    if group2ctx is not None:
+        from .devices import plan_devices
+        result.devices = plan_devices(result, group2ctx, origin, verify=verify)
     if execute:
         for s in PLACED:
             result.check_arena(s)
     if xla:
         result.xla = xla_memory(result, xla_measures)
     return result
+
+
+def _recompute_choice(recompute, mirror: bool, budget):
+    """(algorithm or None, explicit node names or None) from plan()'s
+    ``recompute`` and ``mirror``."""
+    from .budget import ALGORITHMS
+    if mirror:
+        if recompute not in (None, "auto", "mirror"):
+            raise PlanError(f"mirror=True is recompute='mirror'; it cannot go with "
+                            f"recompute={recompute!r}")
+        return "mirror", None
+    if recompute is None or recompute == "auto":
+        return ("solver" if budget is not None else None), None
+    if recompute == "none":
+        return None, None
+    if isinstance(recompute, str):
+        if recompute in ALGORITHMS:
+            return recompute, None
+        raise PlanError(f"recompute={recompute!r}: choose auto, none, "
+                        f"{', '.join(ALGORITHMS)} or a list of forward node names")
+    if isinstance(recompute, (list, tuple, set, frozenset)) and all(
+            isinstance(x, str) for x in recompute):
+        return None, list(recompute)
+    raise PlanError(f"recompute={recompute!r}: choose auto, none, {', '.join(ALGORITHMS)} "
+                    f"or a list of forward node names")
 
 
 def _net_name(g: Graph) -> str:
@@ -310,6 +423,7 @@ def plan_graph(g: Graph, inf: Inferred, *, train: bool, strategy: str = "arena",
         "arguments": _var_bytes(g, inf, g.arguments),
         "gradients": sum(entry_nbytes(inf, eid) for eid in external),
         "aux": _var_bytes(g, inf, g.aux_states),
+        "optimizer": 0,  # plan() sets it when an optimizer is named
     }
     n_fwd = len(g.outputs) if num_forward_outputs is None else num_forward_outputs
     return Plan(net=name, graph=g, inferred=inf, train=train, shapes=dict(shapes or {}),

@@ -87,8 +87,8 @@ def rewrite(full: Graph, num_forward_outputs: int, names: Iterable[str]) -> Grap
             continue
         ins = [Entry(clone[id(e.node)], e.index) if id(e.node) in clone else e
                for e in n.inputs]
-        clone[id(n)] = Node(n.op, unique(n.name + RECOMPUTE_SUFFIX),
-                            {**n.attrs, RECOMPUTE_ATTR: n.name}, ins)
+        clone[id(n)] = _like(n, unique(n.name + RECOMPUTE_SUFFIX),
+                             {**n.attrs, RECOMPUTE_ATTR: n.name}, ins)
 
     # backward nodes read the clones; a backward node whose inputs did not
     # change is kept as it is
@@ -107,13 +107,22 @@ def rewrite(full: Graph, num_forward_outputs: int, names: Iterable[str]) -> Grap
             continue
         ins = [mapped(e) for e in n.inputs]
         if any(a != b for a, b in zip(ins, n.inputs)):
-            new[id(n)] = Node(n.op, n.name, n.attrs, ins)
+            new[id(n)] = _like(n, n.name, n.attrs, ins)
     # a gradient output that is a forward entry itself stays the original:
     # the forward computes it anyway
     outs = list(full.outputs[:num_forward_outputs])
     outs += [e if id(e.node) in fwd_ids else mapped(e)
              for e in full.outputs[num_forward_outputs:]]
     return Graph(outs)
+
+
+def _like(n: Node, name: str, attrs: dict, inputs: list) -> Node:
+    """A node of ``n``'s op and parsed attributes (already checked: parsing
+    them again costs a third of a large rewrite) under another name, with
+    other inputs; ``attrs`` adds only hidden ``__key__`` hints."""
+    c = Node.__new__(Node)
+    c.op, c.name, c.attrs, c.params, c.inputs = n.op, name, attrs, n.params, tuple(inputs)
+    return c
 
 
 def _what(full: Graph, name: str) -> str:

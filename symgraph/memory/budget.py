@@ -1,0 +1,556 @@
+"""Memory budgets: which forward tensors to recompute so a training plan fits.
+
+    p = sg.plan(net, {'data': (32, 3, 224, 224)}, train=True, budget='6GiB',
+                optimizer='momentum')
+    p.total <= p.budget          # arguments + gradients + aux + optimizer + internal
+    p.recompute                  # [{"name", "op", "bytes", "flops"}, ...]
+
+The budget bounds the total the device holds. The planner drops forward
+tensors after the forward and computes them again in the backward
+(``passes.recompute.rewrite``), choosing the set with the least extra
+FLOPs whose *real* plan (the same fuse, schedule, liveness and strategy as
+every plan, not an estimate) fits.
+
+Three algorithms (``ALGORITHMS``) propose recompute sets:
+
+- ``mirror``: MXNet's ``MXNET_BACKWARD_DO_MIRROR``: recompute the cheap ops
+  (activations, normalization, pooling, elementwise and shape ops), never
+  an op that draws random numbers (Dropout). A node's
+  ``__force_mirroring__`` attribute wins: 'True' recomputes it, 'False'
+  keeps it. Nodes carrying ``__mirror_stage__`` (set by MXNet's memonger,
+  ``sym._set_attr(mirror_stage='True')``) are stage boundaries: as
+  memonger's ``make_mirror_plan``, everything is recomputed but the
+  boundaries where the bytes gathered since the last kept boundary pass a
+  threshold; each threshold on a fixed grid is one candidate.
+- ``sqrt``: Chen et al. 2016: ~sqrt(n) checkpoints (n recomputable nodes)
+  at articulation points of the forward graph (cut vertices: every path
+  from the inputs to the loss passes through them), evenly spaced by bytes;
+  everything between them is recomputed. With a budget, also the paper's
+  greedy variant (a checkpoint where the bytes since the last one pass a
+  threshold) over a grid of thresholds.
+- ``solver``: a frontier over the segments between articulation points:
+  per segment keep everything, recompute its cheap ops, or recompute all
+  but the checkpoint closing it, taken in order of extra FLOPs per byte
+  saved (the convex hull of a multiple-choice knapsack); then fewer
+  checkpoints (Chen's sets at k = all .. 1); plus the mirror and sqrt sets.
+
+Every candidate is planned for real and the candidates form a Pareto
+frontier (extra FLOPs ascending, internal bytes strictly descending); a
+budget takes the cheapest point that fits. A smaller budget therefore never
+gets a larger total: the frontier does not depend on the budget. Frontiers
+are cached per (graph, shapes, strategy, options).
+
+ResNet-152 training (batch 32, 224x224) plans with the solver in about
+3 s on the project's 2-core machine, any budget (``budget_time.py`` figures
+in docs/memory.md).
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ..errors import PlanError
+from ..graph import Graph
+from ..passes.infer import Inferred
+from ..passes.recompute import RECOMPUTE_ATTR, forward_nodes, is_recompute, rewrite
+from .liveness import entry_nbytes
+
+ALGORITHMS = ("mirror", "sqrt", "solver")
+CHEAP_FAMILIES = ("activation", "normalization", "pooling", "elementwise", "shape")
+FORCE_ATTR = "__force_mirroring__"
+STAGE_ATTR = "__mirror_stage__"
+
+
+class BudgetError(PlanError):
+    """A budget that is malformed (``smallest`` None) or that no plan fits
+    (``smallest``: the smallest total reachable, bytes). ``budget``: the
+    budget in bytes (None when it could not be read)."""
+
+    def __init__(self, message: str, budget: int | None = None, smallest: int | None = None):
+        super().__init__(message)
+        self.budget = budget
+        self.smallest = smallest
+
+
+# -- parsing --------------------------------------------------------------------
+UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
+         "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+_BUDGET = re.compile(r"^\s*((?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
+FORMS = "bytes (123) or a number with a unit: 512MiB, 1.5 GiB, 6GB (= 6e9 bytes), KiB..TiB"
+
+
+def parse_budget(value) -> int:
+    """Bytes from an int, or text such as ``6GiB``, ``512MiB``, ``1.5 GiB``,
+    ``6GB`` (6e9) or ``123``; BudgetError for anything else, zero, negative
+    or not finite."""
+    def bad(why=""):
+        return BudgetError(f"budget {value!r}{why}: give {FORMS}")
+    if isinstance(value, bool):
+        raise bad()
+    if isinstance(value, str):
+        m = _BUDGET.match(value)
+        if m is None:
+            raise bad()
+        unit = UNITS.get(m.group(2).lower())
+        if unit is None:
+            raise bad(f" has an unknown unit '{m.group(2)}'")
+        number = float(m.group(1))
+    else:
+        try:
+            import numbers
+            if not isinstance(value, numbers.Real):
+                raise bad()
+            number, unit = float(value), 1
+        except (TypeError, ValueError, OverflowError):
+            raise bad() from None
+    if not math.isfinite(number) or number * unit < 1:
+        raise bad(" is not a positive number of bytes")
+    return int(number * unit)
+
+
+# -- optimizer state --------------------------------------------------------------
+# copies of the parameters an optimizer keeps (symgraph/train/optimizer.py):
+# SGD without momentum none, momentum/NAG the momentum, Adam/AdamW two
+# moments, RMSProp the mean square (centered RMSProp keeps three)
+OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "nag": 1, "nesterov": 1, "adam": 2, "adamw": 2,
+                    "rmsprop": 1}
+
+
+def optimizer_bytes(param_bytes: int, optimizer) -> int:
+    """Bytes of optimizer state for parameters of ``param_bytes`` bytes:
+    None or 'sgd' 0, 'momentum'/'nag' 1x, 'adam'/'adamw' 2x, 'rmsprop' 1x."""
+    if optimizer is None:
+        return 0
+    k = OPTIMIZER_STATES.get(str(optimizer).lower()) if isinstance(optimizer, str) else None
+    if k is None:
+        raise PlanError(f"unknown optimizer {optimizer!r} for the state bytes; known: "
+                        f"{', '.join(OPTIMIZER_STATES)}")
+    return k * int(param_bytes)
+
+
+# -- FLOPs ----------------------------------------------------------------------------
+def node_flops(graph: Graph, inf: Inferred, node) -> int:
+    """FLOPs of one run of an op node (its OpDef's count)."""
+    ins = [inf.shape(e) for e in node.inputs]
+    base = graph.entry_id_of_node(node)
+    outs = [inf.shapes[base + i] for i in range(node.num_outputs)]
+    f = node.op.flops
+    return int(f(node.params, ins, outs)) if f is not None else 0
+
+
+def graph_flops(graph: Graph, inf: Inferred) -> int:
+    """FLOPs of every op node of ``graph`` (a training step for a training graph)."""
+    return sum(node_flops(graph, inf, n) for n in graph.nodes if n.op is not None)
+
+
+def rewritten_inferred(full: Graph, inf: Inferred, r: Graph) -> Inferred:
+    """The shapes of a rewritten graph without inferring again: a clone's
+    entries are its original's, every other node keeps its name."""
+    if r is full:
+        return inf
+    by_name = {n.name: n for n in full.nodes}
+    shapes, dtypes = [], []
+    for n in r.nodes:
+        src = by_name[n.attrs[RECOMPUTE_ATTR] if is_recompute(n) else n.name]
+        base = full.entry_id_of_node(src)
+        for i in range(n.num_outputs):
+            shapes.append(inf.shapes[base + i])
+            dtypes.append(inf.dtypes[base + i])
+    return Inferred(r, tuple(shapes), tuple(dtypes))
+
+
+# -- the frontier -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Point:
+    """One recompute set, planned: forward node names (topological order),
+    the FLOPs their recompute adds, the internal bytes of the plan."""
+
+    names: tuple
+    extra_flops: int
+    internal: int
+    source: str
+
+
+class Problem:
+    """The facts the algorithms need about one training graph, and the real
+    planner as the judge of a recompute set (``evaluate``)."""
+
+    def __init__(self, full: Graph, inf: Inferred, num_forward_outputs: int, *,
+                 strategy: str = "arena", fuse: bool = True, schedule="dfs",
+                 match_range: int = 16, parallel_safe: bool = True):
+        self.full, self.inf, self.n_fwd = full, inf, num_forward_outputs
+        self.opts = dict(strategy=strategy, fuse=fuse, schedule=schedule,
+                         match_range=match_range, parallel_safe=parallel_safe)
+        self.fwd = forward_nodes(full, num_forward_outputs)
+        self.pos = {n.name: i for i, n in enumerate(self.fwd)}
+        kept_out = {id(e.node) for e in full.outputs[:num_forward_outputs]}
+        self.bytes = {}
+        self.flops = {}
+        self.candidates = []  # recomputable nodes, topological order
+        for n in self.fwd:
+            base = full.entry_id_of_node(n)
+            self.bytes[n.name] = sum(entry_nbytes(inf, base + i) for i in range(n.num_outputs))
+            self.flops[n.name] = node_flops(full, inf, n)
+            # a forward output stays alive anyway; random ops would draw anew
+            if id(n) not in kept_out and not n.op.needs_rng:
+                self.candidates.append(n)
+        self.cand_names = {n.name for n in self.candidates}
+        self.articulation = self._articulation()
+        self._cache: dict = {}
+
+    # -- structure ------------------------------------------------------------------
+    def cheap(self, node) -> bool:
+        return node.op.family in CHEAP_FAMILIES
+
+    def _articulation(self) -> list:
+        """Positions (in ``fwd``) of candidate nodes every later forward
+        computation depends on only through their outputs."""
+        fwd, pos = self.fwd, self.pos
+        last = {n.name: i for i, n in enumerate(fwd)}
+        for i, n in enumerate(fwd):
+            for e in n.inputs:
+                if e.node.op is not None:
+                    last[e.node.name] = max(last[e.node.name], i)
+        for e in self.full.outputs[:self.n_fwd]:
+            last[e.node.name] = len(fwd)  # alive to the end
+        ends: dict[int, int] = {}
+        active, out = 0, []
+        for i, n in enumerate(fwd):
+            active -= ends.pop(i, 0)
+            if last[n.name] > i:
+                active += 1
+                ends[last[n.name]] = ends.get(last[n.name], 0) + 1
+                if active == 1 and n.name in self.cand_names:
+                    out.append(i)
+        del pos
+        return out
+
+    def segments(self) -> list:
+        """Candidate nodes between consecutive articulation points: a list
+        of (nodes, closing articulation node or None for the tail)."""
+        segs, start = [], 0
+        for a in self.articulation + [len(self.fwd)]:
+            inner = [n for n in self.fwd[start:a] if n.name in self.cand_names]
+            close = self.fwd[a] if a < len(self.fwd) else None
+            segs.append((inner, close))
+            start = a + 1
+        return [s for s in segs if s[0] or s[1] is not None]
+
+    # -- the judge --------------------------------------------------------------------
+    def rewritten(self, names):
+        r = rewrite(self.full, self.n_fwd, list(names))
+        return r, rewritten_inferred(self.full, self.inf, r)
+
+    def evaluate(self, names, source: str) -> Point:
+        """The real plan's internal bytes for recomputing ``names`` (only
+        clones that the backward ends up reading count: the rest are
+        pruned with the graph)."""
+        wanted = set(names)
+        names = tuple(n.name for n in self.fwd if n.name in wanted)
+        hit = self._cache.get(names)
+        if hit is not None:
+            return hit
+        r, rinf = self.rewritten(names)
+        cloned = {c.attrs[RECOMPUTE_ATTR] for c in r.nodes if is_recompute(c)}
+        kept = tuple(n for n in names if n in cloned)
+        if kept != names:
+            hit = self._cache.get(kept)
+            if hit is not None:
+                self._cache[names] = hit
+                return hit
+        internal = internal_bytes(r, rinf, [r.entry_id(e) for e in r.outputs[self.n_fwd:]],
+                                  **self.opts)
+        p = Point(kept, sum(self.flops[n] for n in kept), internal, source)
+        self._cache[names] = self._cache[kept] = p
+        return p
+
+    # -- candidate sets ----------------------------------------------------------------
+    def mirror_sets(self) -> list:
+        """(label, names): MXNet's mirror set; with ``__mirror_stage__``
+        attributes, memonger's plan at each threshold of a grid."""
+        def forced(n):
+            v = n.attrs.get(FORCE_ATTR)
+            return None if v is None else v.strip().lower() in ("true", "1")
+        plain = [n.name for n in self.candidates
+                 if (forced(n) if forced(n) is not None else self.cheap(n))]
+        staged = [n for n in self.candidates if STAGE_ATTR in n.attrs]
+        if not staged:
+            return [("mirror", plain)]
+        total = sum(self.bytes[n.name] for n in self.candidates)
+        out = []
+        for k in range(0, 9):
+            threshold = total * k / 16
+            keep = memonger_keep(self.candidates, self.bytes, threshold)
+            out.append((f"mirror stages {k}/16",
+                        [n.name for n in self.candidates
+                         if (forced(n) if forced(n) is not None else n.name not in keep)]))
+        return out
+
+    def checkpoint_set(self, checkpoints) -> list:
+        """Everything recomputable but the checkpoints (node names)."""
+        return [n.name for n in self.candidates if n.name not in checkpoints]
+
+    def even_checkpoints(self, k: int) -> set:
+        """k articulation nodes nearest the quantiles j/(k+1) of the
+        cumulative candidate bytes (Chen's evenly spaced segments)."""
+        arts = self.articulation
+        if k <= 0 or not arts:
+            return set()
+        cum, acc = {}, 0
+        for i, n in enumerate(self.fwd):
+            if n.name in self.cand_names:
+                acc += self.bytes[n.name]
+            cum[i] = acc
+        chosen = set()
+        for j in range(1, k + 1):
+            target = acc * j / (k + 1)
+            best = min(arts, key=lambda a: abs(cum[a] - target))
+            chosen.add(self.fwd[best].name)
+        return chosen
+
+    def greedy_checkpoints(self, threshold: float) -> set:
+        """Chen's budget-driven variant: a checkpoint at the first
+        articulation point where the bytes since the last one pass
+        ``threshold``."""
+        arts = set(self.articulation)
+        chosen, acc = set(), 0
+        for i, n in enumerate(self.fwd):
+            if n.name not in self.cand_names:
+                continue
+            acc += self.bytes[n.name]
+            if i in arts and acc > threshold:
+                chosen.add(n.name)
+                acc = 0
+        return chosen
+
+    def sqrt_k(self) -> int:
+        return max(1, round(math.sqrt(len(self.candidates))))
+
+    def segment_ladder(self) -> list:
+        """Prefixes of the per-segment upgrades (keep -> cheap -> all but
+        the closing checkpoint) in order of extra FLOPs per byte dropped,
+        the lower convex hull of each segment's three choices."""
+        moves = []
+        for si, (inner, _close) in enumerate(self.segments()):
+            levels = [(0, 0, [])]
+            cheap = [n.name for n in inner if self.cheap(n)]
+            every = [n.name for n in inner]
+            for names in (cheap, every):
+                b = sum(self.bytes[x] for x in names)
+                f = sum(self.flops[x] for x in names)
+                if b > levels[-1][0]:
+                    levels.append((b, f, names))
+            # lower convex hull: drop a level whose ratio is worse than the next's
+            hull = [levels[0]]
+            for lv in levels[1:]:
+                while len(hull) >= 2 and _ratio(hull[-2], hull[-1]) > _ratio(hull[-1], lv):
+                    hull.pop()
+                hull.append(lv)
+            for a, b in zip(hull, hull[1:]):
+                moves.append((_ratio(a, b), si, b[2]))
+        moves.sort(key=lambda m: (m[0], m[1]))
+        chosen: dict[int, list] = {}
+        prefixes = []
+        for _, si, names in moves:
+            chosen[si] = names
+            prefixes.append([x for v in chosen.values() for x in v])
+        return prefixes
+
+
+def _ratio(a, b) -> float:
+    db = b[0] - a[0]
+    return (b[1] - a[1]) / db if db > 0 else math.inf
+
+
+def memonger_keep(candidates, nbytes: dict, threshold: float) -> set:
+    """The stage boundaries MXNet's memonger (``make_mirror_plan``) keeps
+    at ``threshold`` bytes: walking the nodes, bytes gather; at a node
+    with ``__mirror_stage__`` that starts a new stage ('True', or a value
+    other than the last), it is kept when the gathered bytes pass the
+    threshold (and the count restarts); the following nodes of a kept
+    stage (same value) are kept too."""
+    keep, local, last_stage, decision = set(), 0, None, None
+    for n in candidates:
+        local += nbytes[n.name]
+        stage = n.attrs.get(STAGE_ATTR)
+        if stage is None:
+            continue
+        if stage == "True" or stage != last_stage:
+            if local > threshold:
+                keep.add(n.name)
+                local, decision = 0, "keep"
+            else:
+                decision = "mirror"
+            last_stage = stage
+        elif decision == "keep":
+            keep.add(n.name)
+    return keep
+
+
+def _spread(items: list, k: int) -> list:
+    """About k items evenly spread over the list, the first and last kept."""
+    if len(items) <= k:
+        return list(items)
+    idx = sorted({round(j * (len(items) - 1) / (k - 1)) for j in range(k)})
+    return [items[i] for i in idx]
+
+
+LADDER_POINTS = 8
+
+
+def _spread_ladder(problem: Problem, ladder: list, k: int) -> list:
+    """About k prefixes of the ladder (its last included), evenly spaced
+    in the mean of the fractions of bytes dropped and FLOPs added: the
+    cheap moves drop many bytes for few FLOPs, the others the reverse."""
+    if not ladder:
+        return []
+    tb = sum(problem.bytes[x] for x in ladder[-1]) or 1
+    tf = sum(problem.flops[x] for x in ladder[-1]) or 1
+    pos = [(sum(problem.bytes[x] for x in names) / tb
+            + sum(problem.flops[x] for x in names) / tf) / 2 for names in ladder]
+    picked = []
+    for j in range(1, k + 1):
+        i = min(range(len(pos)), key=lambda i: abs(pos[i] - j / k))
+        if i not in picked:
+            picked.append(i)
+    return [ladder[i] for i in sorted(picked)]
+
+
+def candidate_sets(problem: Problem, algorithm: str, budgeted: bool) -> list:
+    """(label, names) the algorithm proposes; without a budget only the
+    algorithm's own choice (solver: its whole frontier, the least-memory
+    point is taken)."""
+    sets = [("none", [])]
+    if algorithm == "mirror":
+        sets += problem.mirror_sets()
+    elif algorithm == "sqrt":
+        k = problem.sqrt_k()
+        sets.append((f"sqrt k={k}", problem.checkpoint_set(problem.even_checkpoints(k))))
+        if budgeted:
+            total = sum(problem.bytes[n.name] for n in problem.candidates) or 1
+            for j in range(1, 9):
+                t = total / 2 ** j
+                sets.append((f"sqrt greedy {t:.0f}",
+                             problem.checkpoint_set(problem.greedy_checkpoints(t))))
+    elif algorithm == "solver":
+        for names in _spread_ladder(problem, problem.segment_ladder(), LADDER_POINTS):
+            sets.append(("solver segments", names))
+        # fewer checkpoints than articulation points: Chen's sets around sqrt(n)
+        s, arts = problem.sqrt_k(), len(problem.articulation)
+        ks = {arts // 2, 2 * s, round(1.5 * s), s, round(s / 2), round(s / 3)}
+        for k in sorted((k for k in ks if 1 <= k < arts), reverse=True):
+            sets.append((f"solver k={k}", problem.checkpoint_set(problem.even_checkpoints(k))))
+        sets += problem.mirror_sets()[:1]
+        sets.append(("all", [n.name for n in problem.candidates]))
+    else:
+        raise PlanError(f"unknown recompute algorithm {algorithm!r}; choose one of "
+                        f"{', '.join(ALGORITHMS)}")
+    return sets
+
+
+def pareto(points) -> list:
+    """Extra FLOPs ascending, internal strictly descending."""
+    out = []
+    for p in sorted(points, key=lambda p: (p.extra_flops, p.internal, len(p.names))):
+        if not out or p.internal < out[-1].internal:
+            out.append(p)
+    return out
+
+
+_FRONTIERS: OrderedDict = OrderedDict()
+CACHE_SIZE = 16
+
+
+def frontier(problem: Problem, algorithm: str, budgeted: bool = True) -> list:
+    """The Pareto frontier of the algorithm's candidate sets, each planned
+    for real; cached per (graph, shapes, algorithm, options)."""
+    key = (graph_key(problem.full, problem.inf, problem.n_fwd), algorithm, budgeted,
+           tuple(sorted((k, str(v)) for k, v in problem.opts.items())))
+    hit = _FRONTIERS.get(key)
+    if hit is not None:
+        _FRONTIERS.move_to_end(key)
+        return hit
+    pts = [problem.evaluate(names, label)
+           for label, names in candidate_sets(problem, algorithm, budgeted)]
+    front = pareto(pts)
+    _FRONTIERS[key] = front
+    while len(_FRONTIERS) > CACHE_SIZE:
+        _FRONTIERS.popitem(last=False)
+    return front
+
+
+def graph_key(g: Graph, inf: Inferred, n_fwd: int) -> tuple:
+    """A structural key: the same nodes, attributes, wiring and shapes."""
+    ids = {id(n): i for i, n in enumerate(g.nodes)}
+    nodes = tuple((n.name, n.op.name if n.op is not None else None,
+                   tuple(sorted(n.attrs.items())),
+                   tuple((ids[id(e.node)], e.index) for e in n.inputs)) for n in g.nodes)
+    return (nodes, tuple((ids[id(e.node)], e.index) for e in g.outputs), inf.shapes,
+            inf.dtypes, n_fwd)
+
+
+def choose(problem: Problem, algorithm: str, budget: int | None, fixed: int) -> Point:
+    """The point of the algorithm's frontier to plan: with a budget the
+    cheapest whose ``fixed + internal`` fits (BudgetError naming the
+    smallest reachable otherwise); without one the algorithm's own choice
+    (mirror, sqrt: their set; solver: the least memory)."""
+    if budget is None:
+        if algorithm == "solver":
+            return frontier(problem, algorithm, budgeted=False)[-1]
+        # the algorithm's own set as it is, even where it saves nothing
+        # (mirror on an MLP: a ReLU's input is kept for its clone instead)
+        own = [problem.evaluate(names, label)
+               for label, names in candidate_sets(problem, algorithm, False)[1:]]
+        return min(own, key=lambda p: (p.internal, p.extra_flops))
+    front = frontier(problem, algorithm, budgeted=True)
+    for p in front:
+        if fixed + p.internal <= budget:
+            return p
+    smallest = fixed + front[-1].internal
+    raise BudgetError(f"budget {fmt_bytes(budget)} is below the smallest total reachable, "
+                      f"{fmt_bytes(smallest)} (recompute {algorithm}: "
+                      f"{len(front[-1].names)} tensors recomputed)",
+                      budget=budget, smallest=smallest)
+
+
+def fmt_bytes(b: int) -> str:
+    return f"{b / 2 ** 20:,.1f} MiB ({b:,} bytes)"
+
+
+# -- the strategies' figure, as plan_graph computes it ----------------------------------
+def internal_bytes(g: Graph, inf: Inferred, external, *, strategy="arena", fuse=True,
+                   schedule="dfs", match_range=16, parallel_safe=True) -> int:
+    """The internal bytes ``plan_graph`` reports for ``strategy`` (the same
+    passes, without the other strategies and the verification)."""
+    from ..passes.fuse import fuse as fuse_pass, no_fusion
+    from ..passes.schedule import schedule as schedule_pass
+    from . import arena as arena_mod, planner
+    from .liveness import analyze
+    fusion = fuse_pass(g) if fuse else no_fusion(g)
+    steps = schedule_pass(g, fusion, schedule, nbytes=lambda eid: entry_nbytes(inf, eid))
+    live = analyze(g, inf, fusion, steps, external)
+    if strategy == "naive":
+        return planner.naive(live).total
+    if strategy == "inplace":
+        return planner.pool_plan(live, "inplace", inplace=True, match_range=0,
+                                 parallel_safe=parallel_safe).total
+    if strategy == "coshare":
+        return planner.pool_plan(live, "coshare", inplace=False, match_range=match_range,
+                                 parallel_safe=parallel_safe).total
+    both = planner.pool_plan(live, "both", inplace=True, match_range=match_range,
+                             parallel_safe=parallel_safe)
+    if strategy == "both":
+        return both.total
+    lb, _, _ = planner.lower_bound(live)
+    return arena_mod.arena_plan(live, lb, fallback=both).total
+
+
+def recompute_rows(problem: Problem, names) -> list:
+    """``Plan.recompute``: one dict per recomputed node, forward order;
+    ``bytes`` is the node's output bytes (what the forward no longer keeps
+    for the backward), ``flops`` one run of the node."""
+    by = {n.name: n for n in problem.fwd}
+    return [{"name": x, "op": by[x].op.name, "bytes": int(problem.bytes[x]),
+             "flops": int(problem.flops[x])} for x in names]

@@ -19,25 +19,27 @@ once per op, attributes and input shapes (a loop compiles once). Ops run in
 inference mode (BatchNorm uses its moving statistics, Dropout is identity);
 ops with several visible outputs return a list.
 
-``nd.save``/``nd.load`` store dicts or lists of arrays as NumPy ``.npz``
-(written atomically); that is not MXNet's binary ``.params`` format, which
-``nd.load`` also reads (MXNet's files load; symgraph's own ``.params``
-checkpoints are written by ``symgraph.train.checkpoint``).
+``nd.save``/``nd.load`` store dicts or lists of arrays (written
+atomically) in MXNet's binary ``.params`` format (``symgraph.params``, the
+format of the checkpoints too), so ``mx.nd.load`` reads what ``nd.save``
+wrote and the other way round; ``nd.save(..., format='npz')`` writes NumPy
+``.npz`` instead.
 """
 from __future__ import annotations
 
 import json
 import numbers
 import os
-import struct
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import params
 from .context import Context, current_context
 from .dtypes import require_storable, to_dtype as _dtype
 from .errors import ContextError, OpError, SerializationError, ShapeError, UnknownOpError
+from .util import short_repr
 
 _ARRAY_TYPES = (np.ndarray, jax.Array)
 
@@ -411,13 +413,18 @@ def waitall() -> None:
 # save / load
 # --------------------------------------------------------------------------
 _FORMAT = "symgraph-ndarray"
-_MXNET_LIST_MAGIC = 0x112
+SAVE_FORMATS = ("mxnet", "npz")
 
 
-def save(fname, data) -> None:
+def save(fname, data, format: str = "mxnet") -> None:
     """Stores a dict ``{name: array}`` or a list of arrays (or one array) in
-    ``fname`` as NumPy ``.npz``, atomically. Not MXNet's binary format."""
-    from .util import atomic_open
+    ``fname``, atomically: in MXNet's binary ``.params`` format by default,
+    the file ``mx.nd.save`` writes and ``mx.nd.load`` reads; with
+    ``format='npz'`` as NumPy ``.npz`` (for dtypes MXNet has no flag for,
+    and 0-dimensional arrays)."""
+    if format not in SAVE_FORMATS:
+        raise SerializationError(f"nd.save: format is 'mxnet' or 'npz', got "
+                                 f"{short_repr(format)}")
     if isinstance(data, (NDArray, *_ARRAY_TYPES)):
         data = [data]
     if isinstance(data, dict):
@@ -426,9 +433,13 @@ def save(fname, data) -> None:
         kind, names, values = "list", None, list(data)
     else:
         raise TypeError(f"nd.save takes a dict or a list of arrays, got {type(data).__name__}")
+    hosts = [np.asarray(v.data if isinstance(v, NDArray) else v) for v in values]
+    if format == "mxnet":
+        params.write(fname, hosts, names)
+        return
+    from .util import atomic_open
     arrays, dtypes = {}, []
-    for i, v in enumerate(values):
-        host = np.asarray(v.data if isinstance(v, NDArray) else v)
+    for i, host in enumerate(hosts):
         dtypes.append(str(jnp.dtype(host.dtype)))
         if host.dtype == jnp.bfloat16:  # .npz has no bfloat16: store the bits
             host = host.view(np.uint16)
@@ -439,9 +450,18 @@ def save(fname, data) -> None:
         np.savez(f, **arrays)
 
 
+def from_file(host: np.ndarray, dev, where: str, name) -> NDArray:
+    """An NDArray on ``dev`` of an array read from file ``where``; an
+    int64/float64 array with 64-bit JAX off is refused by name rather than
+    narrowed to 32 bits without a word."""
+    require_storable(host.dtype, f"{where}: array {short_repr(name)}", SerializationError)
+    return NDArray(jax.device_put(jnp.asarray(host), dev))
+
+
 def load(fname, ctx: Context | None = None):
-    """The dict or list ``nd.save`` stored; also reads MXNet's binary
-    ``.params`` files (a dict, or a list when the file has no names)."""
+    """The dict or list ``nd.save`` stored, in either format; reads MXNet's
+    binary ``.params`` files (a dict, or a list when the file has no
+    names)."""
     where = os.fspath(fname)
     dev = _device(ctx)
     try:
@@ -449,13 +469,11 @@ def load(fname, ctx: Context | None = None):
             head = f.read(8)
     except OSError as err:
         raise SerializationError(f"cannot read '{where}': {err.strerror or err}") from None
-    if len(head) == 8 and struct.unpack("<Q", head)[0] == _MXNET_LIST_MAGIC:
-        from .train.checkpoint import load_params_file
-        arrays = load_params_file(fname)
-        out = {k: NDArray(jax.device_put(jnp.asarray(v), dev)) for k, v in arrays.items()}
-        if list(out) == [str(i) for i in range(len(out))]:  # MXNet stores lists unnamed
-            return list(out.values())
-        return out
+    if params.is_params_file(head):
+        hosts, names = params.read(fname)
+        keys = names if names is not None else range(len(hosts))
+        values = [from_file(h, dev, where, k) for h, k in zip(hosts, keys)]
+        return values if names is None else dict(zip(names, values))
     if head[:2] != b"PK":  # .npz files are zip archives
         raise SerializationError(f"'{where}' is neither an array file written by nd.save "
                                  f"nor an MXNet .params file")
@@ -464,15 +482,17 @@ def load(fname, ctx: Context | None = None):
             meta = json.loads(str(z["__symgraph__"]))
             if meta.get("format") != _FORMAT:
                 raise ValueError("not written by nd.save")
-            values = []
+            hosts = []
             for i, dt in enumerate(meta["dtypes"]):
                 host = z[f"a{i}"]
                 if dt == "bfloat16":
                     host = host.view(jnp.bfloat16)
-                values.append(NDArray(jax.device_put(jnp.asarray(host), dev)))
+                hosts.append(host)
     except (ValueError, KeyError, OSError, json.JSONDecodeError) as err:
         raise SerializationError(f"'{where}' is not an array file written by nd.save "
                                  f"({err})") from None
+    keys = meta["names"] if meta["kind"] == "dict" else range(len(hosts))
+    values = [from_file(h, dev, where, k) for h, k in zip(hosts, keys)]
     if meta["kind"] == "dict":
         return dict(zip(meta["names"], values))
     return values

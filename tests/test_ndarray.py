@@ -164,6 +164,46 @@ def test_save_load_dict_and_list(tmp_path):
     assert nd.load(f)[0].asnumpy().tolist() == [1, 1]
 
 
+def test_save_writes_mxnets_format_by_default(tmp_path):
+    """nd.save writes the file mx.nd.save writes: MXNet's own files, loaded
+    and saved again, come back byte for byte (dict and list)."""
+    for name in ("mxnet-dict.params", "mxnet-list.params"):
+        src = os.path.join(DATA, name)
+        out = str(tmp_path / name)
+        nd.save(out, nd.load(src))
+        assert open(out, "rb").read() == open(src, "rb").read()
+
+
+def test_save_npz_only_when_asked(tmp_path):
+    f = str(tmp_path / "a.bin")
+    nd.save(f, {"s": nd.array(np.float32(2.5).reshape(()))}, format="npz")
+    assert open(f, "rb").read(2) == b"PK"  # a zip archive
+    back = nd.load(f)
+    assert back["s"].shape == () and back["s"].asscalar() == 2.5
+    # MXNet's format has no 0-d arrays and no uint16: refused before writing
+    for bad in ({"s": np.float32(1).reshape(())}, [np.zeros(2, np.uint16)]):
+        with pytest.raises(sg.SerializationError):
+            nd.save(str(tmp_path / "b.params"), bad)
+    assert sorted(os.listdir(tmp_path)) == ["a.bin"]
+    with pytest.raises(sg.SerializationError, match="format is 'mxnet' or 'npz'"):
+        nd.save(f, [nd.ones(2)], format="params")
+
+
+@pytest.mark.x64_off
+@pytest.mark.parametrize("fmt", ["mxnet", "npz"])
+def test_load_refuses_narrowing_64_bit_arrays(tmp_path, fmt):
+    """With 64-bit JAX off an int64 array in a file is refused by name, not
+    narrowed to int32 without a word; 32-bit arrays load."""
+    f = str(tmp_path / "x.params")
+    # NumPy arrays: written as they are, whatever JAX's mode
+    nd.save(f, {"i": np.arange(3, dtype=np.int64), "w": np.ones(2, np.float32)}, format=fmt)
+    with pytest.raises(sg.SerializationError, match=r"x\.params: array 'i': int64 needs "
+                       r"64-bit JAX"):
+        nd.load(f)
+    nd.save(f, {"w": np.ones(2, np.float32)}, format=fmt)
+    assert nd.load(f)["w"].dtype == np.float32
+
+
 def test_load_reads_mxnet_params_files():
     d = nd.load(os.path.join(DATA, "mxnet-dict.params"))
     assert list(d) == ["arg:w", "aux:m"]

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import symgraph as sg
+from symgraph import params
 from symgraph.errors import BindError, SymgraphError
 from symgraph.parallel import kvstore as kvs
 from symgraph.train import TrainError
-from symgraph.train import checkpoint as ckpt
 from helpers import train_mean_loss
 
 S = sg.sym
@@ -330,12 +330,12 @@ def test_params_reader_accepts_mxnet_v1_and_legacy_layouts(tmp_path):
         body += struct.pack("<Q", len(name)) + name
     path = tmp_path / "old.params"
     path.write_bytes(body)
-    got = ckpt.load_params_file(path)
+    got = params.load_params_file(path)
     np.testing.assert_array_equal(got["arg:a"], a)
     np.testing.assert_array_equal(got["aux:b"], b)
     path.write_bytes(body[:40])
     with pytest.raises(sg.SerializationError, match="ends early"):
-        ckpt.load_params_file(path)
+        params.load_params_file(path)
 
 
 def test_failure_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
@@ -344,7 +344,7 @@ def test_failure_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypat
     mod.save_checkpoint(prefix, 1)
     before = open(prefix + "-0001.params", "rb").read()
     mod.train_step(batches((6,), 1, dtype=np.float32)[0])
-    real, calls = ckpt._write_array, []
+    real, calls = params._write_array, []
 
     def failing(f, arr):
         calls.append(1)
@@ -352,7 +352,7 @@ def test_failure_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypat
             raise OSError("disk full")
         real(f, arr)
 
-    monkeypatch.setattr(ckpt, "_write_array", failing)
+    monkeypatch.setattr(params, "_write_array", failing)
     with pytest.raises(OSError, match="disk full"):
         mod.save_checkpoint(prefix, 1)
     assert open(prefix + "-0001.params", "rb").read() == before
@@ -364,7 +364,7 @@ KILL_SCRIPT = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
 import numpy as np
-from symgraph.train import checkpoint as ckpt
+from symgraph import params as ckpt
 real = ckpt._write_array
 count = [0]
 def dying(f, arr):
@@ -382,12 +382,12 @@ ckpt.save_params_file({path!r}, {{"arg:a": np.zeros((64, 64), np.float32),
 
 def test_process_killed_while_writing_leaves_the_old_file_loadable(tmp_path):
     path = str(tmp_path / "x-0001.params")
-    ckpt.save_params_file(path, {"arg:a": np.ones((64, 64), np.float32)})
+    params.save_params_file(path, {"arg:a": np.ones((64, 64), np.float32)})
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", KILL_SCRIPT.format(root=ROOT, path=path)],
                           env=env, timeout=120)
     assert proc.returncode == -9
-    got = ckpt.load_params_file(path)
+    got = params.load_params_file(path)
     assert list(got) == ["arg:a"] and (got["arg:a"] == 1).all()
     leftovers = [f for f in os.listdir(tmp_path) if f != "x-0001.params"]
     assert leftovers and all(f.startswith(".x-0001.params.") for f in leftovers)

@@ -290,7 +290,7 @@ class Load(Initializer):
     def __init__(self, param, default_init: Initializer | None = None, verbose: bool = False):
         super().__init__()
         if isinstance(param, str):
-            from .checkpoint import load_params_file
+            from ..params import load_params_file
             param = load_params_file(param)
         self.param = {k.split(":", 1)[-1]: np.asarray(v) for k, v in param.items()}
         self.default_init = default_init

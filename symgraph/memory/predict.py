@@ -75,30 +75,46 @@ def _measures(plan) -> tuple:
     return tuple(measures_mod.default_measures(g, plan.train))
 
 
-def _concat_fusion(plan):
-    """The plan's fusion with each cheap group read only by a Concat merged
-    into the Concat's group: XLA computes such a group inside the
-    concatenation's loop and never stores its output (inference)."""
+def _light(node, pooling: bool) -> bool:
+    """An elementwise or injective op, or (``pooling``) a pooling: XLA
+    fuses elementwise work on its input into its loop."""
+    return node.op is not None and (node.op.category in ("elementwise", "injective")
+                                    or (pooling and node.op.name == "Pooling"))
+
+
+def _xla_fusion(plan):
+    """The plan's fusion with each cheap group (BatchNorm, activations,
+    elementwise ops) read only by one group of elementwise or injective ops
+    or a pooling (a ReLU, a Concat, a max-pool) merged into that group: in inference XLA computes
+    such a group inside its consumer's loop and never stores its output,
+    where the plan's fusion keeps a heavy op (BatchNorm) in a group of its
+    own."""
     from ..passes.fuse import Fusion
     g, fusion = plan.graph, plan.fusion
+    # measured: with channels-last activations XLA fuses BatchNorm and ReLU
+    # into the max-pool's window loop; in NCHW it stores their output
+    pooling = "channels_last" in _measures(plan)
     nid = {id(n): i for i, n in enumerate(g.nodes)}
     readers = {}
-    for n in g.nodes:
+    for i, n in enumerate(g.nodes):
         for e in n.inputs:
-            readers.setdefault((id(e.node), e.index), []).append(n)
+            readers.setdefault((id(e.node), e.index), set()).add(fusion.root[i])
     outs = {(id(e.node), e.index) for e in g.outputs}
     root = list(fusion.root)
     groups = {grp[-1]: list(grp) for grp in fusion.groups}
-    for i, n in enumerate(g.nodes):
-        if n.op is None or n.op.name != "Concat" or fusion.root[i] != i:
+    for i, n in enumerate(g.nodes):  # topological: a merged group may merge on
+        if n.op is None or fusion.root[i] != i:
             continue
-        merged = list(groups.pop(i, [i]))
-        for e in n.inputs:
+        merged = list(groups.get(i, [i]))
+        if not all(_light(g.nodes[m], pooling) for m in merged):
+            continue
+        for e in n.inputs if len(merged) == 1 else \
+                [e for m in merged for e in g.nodes[m].inputs]:
             p = nid[id(e.node)]
+            if e.node.op is None or root[p] != p or p in merged:
+                continue
             members = groups.get(p, [p])
-            if (e.node.op is None or fusion.root[p] != p or (id(e.node), e.index) in outs
-                    or len(readers.get((id(e.node), e.index), ())) != 1
-                    or len(e.node.outputs if hasattr(e.node, "outputs") else [0]) != 1
+            if ((id(e.node), e.index) in outs or readers.get((id(e.node), e.index)) != {i}
                     or not all(cheap(g.nodes[m]) for m in members)):
                 continue
             groups.pop(p, None)
@@ -135,7 +151,7 @@ def predicted_temp(plan) -> tuple:
     if not plan.train:
         if not plan.options.get("fuse", True):
             return plan.internal["arena"], []
-        return _arena(g, inf, _concat_fusion(plan), schedule, ()), []
+        return _arena(g, inf, _xla_fusion(plan), schedule, ()), []
     names = [n.name for n in forward_nodes(g, plan.num_forward_outputs) if cheap(n)]
     g2 = rewrite(g, plan.num_forward_outputs, names)
     shapes = {n.name: inf.shapes[g.entry_id_of_node(n)] for n in g.variables}

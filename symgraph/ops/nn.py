@@ -103,20 +103,51 @@ register_backward(_fc, reads_inputs=(0, 1), lower=_fc_backward, infer_shape=_fc_
 
 
 # --------------------------------------------------------------------------
-# shared geometry of Convolution, Deconvolution and Pooling (NCW/NCHW/NCDHW)
+# shared geometry of Convolution, Deconvolution and Pooling: channel-first
+# (NCW/NCHW/NCDHW, the default) or, for Convolution and Pooling, channel-last
+# (NWC/NHWC/NDHWC) as MXNet's layout attribute says
 # --------------------------------------------------------------------------
 _LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
+CHANNELS_LAST = {1: "NWC", 2: "NHWC", 3: "NDHWC"}
 
 
 def layout_attr(v):
-    """None or a channel-first layout; MXNet's NHWC variants are not supported."""
+    """None or a layout: channel-first (NCW, NCHW, NCDHW) or channel-last
+    (NWC, NHWC, NDHWC)."""
     v = None if v in (None, "None", "") else str(v)
-    if v is not None and v not in _LAYOUTS.values():
+    if v is not None and v not in (*_LAYOUTS.values(), *CHANNELS_LAST.values()):
+        raise ValueError(f"expected None, {', '.join(_LAYOUTS.values())} or "
+                         f"{', '.join(CHANNELS_LAST.values())}, got {v!r}")
+    return v
+
+
+layout_attr.choices = ("None", *_LAYOUTS.values(), *CHANNELS_LAST.values())
+
+
+def channel_first_layout_attr(v):
+    """None or a channel-first layout (Deconvolution has no channel-last one)."""
+    v = layout_attr(v)
+    if v in CHANNELS_LAST.values():
         raise ValueError(f"expected None, NCW, NCHW or NCDHW (channel-first layouts), got {v!r}")
     return v
 
 
-layout_attr.choices = ("None", *_LAYOUTS.values())
+channel_first_layout_attr.choices = ("None", *_LAYOUTS.values())
+
+
+def is_channels_last(p) -> bool:
+    """Whether a node's ``layout`` attribute holds the channels last."""
+    return p.get("layout") in CHANNELS_LAST.values()
+
+
+def _first(shape, p) -> tuple:
+    """``shape`` in channel-first order (it is given in ``p``'s layout)."""
+    return _nchw_shape(shape) if is_channels_last(p) else tuple(shape)
+
+
+def _in_layout(shape, p) -> tuple:
+    """A channel-first ``shape`` in ``p``'s layout."""
+    return _nhwc_order(shape) if is_channels_last(p) else tuple(shape)
 
 
 def optional_bool_attr(v):
@@ -133,9 +164,9 @@ def _spatial_rank(p, n: int) -> int:
     """Checks that an ``n``-D window fits the layout attribute; returns n."""
     if n not in _LAYOUTS:
         raise ShapeError(f"kernel={tuple(p.kernel)} has {n} dimensions; 1, 2 or 3 are supported")
-    if p.layout is not None and p.layout != _LAYOUTS[n]:
+    if p.layout is not None and p.layout not in (_LAYOUTS[n], CHANNELS_LAST[n]):
         raise ShapeError(f"layout={p.layout} does not fit a {n}-D kernel {tuple(p.kernel)}; "
-                         f"use layout={_LAYOUTS[n]} or leave it out")
+                         f"use layout={_LAYOUTS[n]} (or {CHANNELS_LAST[n]}) or leave it out")
     return n
 
 
@@ -159,9 +190,10 @@ def _conv_geometry(p):
             _per_dim(p, "dilate", 1, n, 1))
 
 
-def _check_data_rank(data, n: int, what: str):
+def _check_data_rank(data, n: int, what: str, p=None):
     if len(data) != n + 2:
-        raise ShapeError(f"data {tuple(data)} must be {n + 2}-D ({_LAYOUTS[n]}) for a "
+        layout = CHANNELS_LAST[n] if p is not None and is_channels_last(p) else _LAYOUTS[n]
+        raise ShapeError(f"data {tuple(data)} must be {n + 2}-D ({layout}) for a "
                          f"{n}-D {what}")
 
 
@@ -173,12 +205,18 @@ def _check_groups(p, channels: int):
                          f"({channels}) and num_filter ({p.num_filter})")
 
 
-def _add_bias(y, b):
+def _add_bias(y, b, p=None):
     """y + b with the bias along the channel axis (b None: y)."""
-    return y if b is None else y + b.reshape((1, -1) + (1,) * (y.ndim - 2))
+    if b is None:
+        return y
+    return y + (b if p is not None and is_channels_last(p) else
+                b.reshape((1, -1) + (1,) * (y.ndim - 2)))
 
 
-def _spatial_axes(ndim):
+def _spatial_axes(ndim, p=None):
+    """The axes other than the channel axis (batch and space)."""
+    if p is not None and is_channels_last(p):
+        return tuple(range(ndim - 1))
     return (0,) + tuple(range(2, ndim))
 
 
@@ -190,7 +228,8 @@ CONV_ATTRS = {
     "num_filter": Attr(positive_int_attr),
     "num_group": Attr(positive_int_attr, 1),
     "no_bias": Attr(bool_attr, False),
-    "layout": Attr(layout_attr, None, "only channel-first (NCW, NCHW, NCDHW)"),
+    "layout": Attr(layout_attr, None, "NCW, NCHW, NCDHW (default) or channel-last NWC, NHWC, "
+                                      "NDHWC (weight then (num_filter, *kernel, C/num_group))"),
 }
 
 
@@ -208,10 +247,10 @@ def _weight_flops(p, ins, outs):
 # --------------------------------------------------------------------------
 def _conv_shape(p, s):
     n, stride, pad, dilate = _conv_geometry(p)
-    data = s[0]
-    if data is None:
+    if s[0] is None:
         return s, [None]
-    _check_data_rank(data, n, "convolution")
+    _check_data_rank(s[0], n, "convolution", p)
+    data = _first(s[0], p)
     _check_groups(p, data[1])
     out = []
     for i in range(n):
@@ -221,19 +260,22 @@ def _conv_shape(p, s):
             raise ShapeError(f"kernel {tuple(p.kernel)} (dilated size {dk}) is larger than "
                              f"the padded input ({padded}) along spatial axis {i}")
         out.append((padded - dk) // stride[i] + 1)
-    want = [data, (p.num_filter, data[1] // p.num_group, *p.kernel)]
+    want = [s[0], _in_layout((p.num_filter, data[1] // p.num_group, *p.kernel), p)]
     want += [] if p.no_bias else [(p.num_filter,)]
-    return want, [(data[0], p.num_filter, *out)]
+    return want, [_in_layout((data[0], p.num_filter, *out), p)]
 
 
 def _conv_nobias(p, x, w):
     n, stride, pad, dilate = _conv_geometry(p)
+    dn = None
+    if is_channels_last(p):  # MXNet's channel-last weight is (O, *kernel, I)
+        dn = (p.layout, "O" + p.layout[1:-1] + "I", p.layout)
     return lax.conv_general_dilated(x, w, stride, [(q, q) for q in pad], rhs_dilation=dilate,
-                                    feature_group_count=p.num_group)
+                                    feature_group_count=p.num_group, dimension_numbers=dn)
 
 
 def _conv_lower(p, ctx, x, w, b=None):
-    return _add_bias(_conv_nobias(p, x, w), b)
+    return _add_bias(_conv_nobias(p, x, w), b, p)
 
 
 _conv = register(OpDef(
@@ -278,7 +320,7 @@ _conv.channels_last = _conv_channels_last
 def _conv_backward(p, ctx, og, ins, outs):
     x, w = ins
     dx, dw = ctx.linear_grads(lambda x, w: _conv_nobias(p, x, w), x, w, og[0])
-    db = None if p.no_bias else og[0].sum(axis=_spatial_axes(og[0].ndim))
+    db = None if p.no_bias else og[0].sum(axis=_spatial_axes(og[0].ndim, p))
     return [dx, dw, db]
 
 
@@ -371,6 +413,8 @@ def _deconv_flops(p, ins, outs):
 _deconv = register(OpDef(
     name="Deconvolution",
     attrs={**CONV_ATTRS, "no_bias": Attr(bool_attr, True),
+           "layout": Attr(channel_first_layout_attr, None,
+                          "only channel-first (NCW, NCHW, NCDHW)"),
            "adj": Attr(shape_attr, (), "extra rows/cols at the high end, default 0"),
            "target_shape": Attr(shape_attr, (), "output spatial size; overrides pad and adj")},
     arguments=_conv_args, lower=_deconv_lower, infer_shape=_deconv_shape, flops=_deconv_flops,
@@ -417,7 +461,8 @@ POOL_ATTRS = {
     "count_include_pad": Attr(optional_bool_attr, None,
                               "avg: count padding in the divisor (None means True)"),
     "p_value": Attr(optional_int_attr, None, "lp pooling only, which is not supported"),
-    "layout": Attr(layout_attr, None, "only channel-first (NCW, NCHW, NCDHW)"),
+    "layout": Attr(layout_attr, None, "NCW, NCHW, NCDHW (default) or channel-last NWC, NHWC, "
+                                      "NDHWC"),
 }
 
 
@@ -463,13 +508,13 @@ def _pool_geometry(p, in_shape):
 
 
 def _pool_shape(p, s):
-    data = s[0]
-    if data is None:
+    if s[0] is None:
         if not p.global_pool:
             _pool_window(p, len(p.kernel) + 2)  # attribute errors surface early
         return s, [None]
+    data = _first(s[0], p)
     *_, out, _ = _pool_geometry(p, data)
-    return [data], [tuple(data[:2]) + out]
+    return [s[0]], [_in_layout(tuple(data[:2]) + out, p)]
 
 
 def _window_args(kernel, stride, pad, extra):
@@ -498,6 +543,8 @@ def _avg_divisor(p, in_spatial, kernel, stride, pad, out):
 
 
 def _pool_lower(p, ctx, x):
+    if is_channels_last(p):
+        return _pool_channels_last(p, ctx, x)
     kernel, stride, pad, out, extra = _pool_geometry(p, x.shape)
     window, strides, padding = _window_args(kernel, stride, pad, extra)
     if p.pool_type == "max":
@@ -509,7 +556,7 @@ def _pool_lower(p, ctx, x):
 
 
 def _pool_flops(p, ins, outs):
-    kernel = tuple(ins[0][2:]) if p.global_pool else tuple(p.kernel)
+    kernel = _first(ins[0], p)[2:] if p.global_pool else tuple(p.kernel)
     return numel(outs[0]) * numel(kernel)
 
 
@@ -571,9 +618,11 @@ def _pool_backward_reads(p) -> list[str]:
 
 def _pool_input_shape(p, og_shape):
     # stride 1 everywhere: out = in + 2 pad - k + 1 under either convention
+    og_shape = _first(og_shape, p)
     kernel, _, pad = _pool_window(p, len(og_shape))
-    return tuple(og_shape[:2]) + tuple(o - 1 + k - 2 * q
-                                       for o, k, q in zip(og_shape[2:], kernel, pad))
+    return _in_layout(tuple(og_shape[:2]) + tuple(o - 1 + k - 2 * q
+                                                  for o, k, q in zip(og_shape[2:], kernel, pad)),
+                      p)
 
 
 def _nchw_shape(shape) -> tuple:
@@ -668,14 +717,19 @@ def _max_pool_backward(p, x, dy, channels_last=False):
 
 
 def _pool_backward_lower(p, ctx, og, ins, outs, channels_last=False):
-    return [_pool_backward(p, og[0], *ins, channels_last=channels_last)]
+    return [_pool_backward(p, og[0], *ins, channels_last=channels_last or is_channels_last(p))]
 
 
 def _pool_backward(p, dy, *read, channels_last=False):
     if p.pool_type == "max":
         return _max_pool_backward(p, read[0], dy, channels_last)
     nchw = _nchw_shape if channels_last else tuple
-    in_nchw = nchw(read[0].shape) if read else _pool_input_shape(p, nchw(dy.shape))
+    if read:
+        in_nchw = nchw(read[0].shape)
+    elif is_channels_last(p):  # the node's own layout
+        in_nchw = _first(_pool_input_shape(p, dy.shape), p)
+    else:
+        in_nchw = _pool_input_shape(p, nchw(dy.shape))
     kernel, stride, pad, out, extra = _pool_geometry(p, in_nchw)
     if p.pool_type == "avg":
         div = _avg_divisor(p, in_nchw[2:], kernel, stride, pad, out).astype(dy.dtype)

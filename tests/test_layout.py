@@ -1,0 +1,208 @@
+"""Layouts (issue 15, item 2): Convolution and Pooling take MXNet's
+channel-last ``layout`` attribute, and passes/layout.py rewrites a graph to
+run channels-last inside. Everything is checked in float64 against the
+channel-first op or graph: the same values and the same gradients."""
+from collections import Counter
+
+import jax
+import numpy as np
+import pytest
+
+import symgraph as sg
+from symgraph.errors import OpError, ShapeError
+from symgraph.graph import Entry, Graph, Node
+from symgraph.lower import lower
+from symgraph.ops import get_op
+from symgraph.passes.gradient import build_gradient
+from symgraph.passes.infer import infer_shapes
+from symgraph.passes.layout import to_channels_last
+
+LAST = {3: "NWC", 4: "NHWC", 5: "NDHWC"}
+
+
+def _to_last(a):
+    return np.moveaxis(a, 1, -1)
+
+
+def _to_first(a):
+    return np.moveaxis(a, -1, 1)
+
+
+def _values(graph, shapes, seed=0):
+    inf = infer_shapes(graph, shapes)
+    rng = np.random.default_rng(seed)
+    vals = {}
+    for n in graph.variables:
+        s = inf.shapes[graph.entry_id_of_node(n)]
+        v = rng.normal(size=s)
+        vals[n.name] = np.abs(v) + 0.5 if n.name.endswith(("_var", "_gamma")) else v
+    return inf, vals
+
+
+def _run_with_gradients(graph, feeds, heads, wrt):
+    """Outputs and the gradients of ``wrt`` for head gradients ``heads``."""
+    gg = build_gradient(graph, wrt)
+    used = {n.name for n in gg.variables}
+    head_names = [e.node.output_names()[e.index] + "_head_grad" for e in graph.outputs]
+    feeds = {**feeds, **{k: h for k, h in zip(head_names, heads) if k in used}}
+    outs, _ = jax.jit(lower(gg, True))(feeds, jax.random.key(0))
+    n = len(graph.outputs)
+    return [np.asarray(o) for o in outs[:n]], [np.asarray(o) for o in outs[n:]]
+
+
+def _one_op(opname, attrs):
+    op = get_op(opname)
+    probe = Node(op, "op", attrs, [])
+    names = op.arg_names(probe.params) + op.aux_names(probe.params)
+    node = Node(op, "op", attrs, [Entry(Node(None, n)) for n in names])
+    return Graph([Entry(node, 0)]), names
+
+
+# --------------------------------------------------------------------------
+# the layout attribute
+# --------------------------------------------------------------------------
+OP_CASES = [
+    ("Convolution", {"kernel": (3, 2), "stride": (2, 1), "pad": (1, 1), "num_filter": 4},
+     (2, 3, 7, 6)),
+    ("Convolution", {"kernel": (3, 3), "num_group": 2, "num_filter": 4, "dilate": (2, 1),
+                     "no_bias": True}, (1, 4, 7, 6)),
+    ("Convolution", {"kernel": (3,), "stride": (2,), "pad": (1,), "num_filter": 3}, (2, 2, 9)),
+    ("Convolution", {"kernel": (2, 2, 2), "pad": (1, 0, 1), "num_filter": 2},
+     (1, 2, 3, 4, 3)),
+    ("Pooling", {"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1)}, (2, 3, 7, 6)),
+    ("Pooling", {"kernel": (3, 2), "stride": (2, 1), "pool_type": "avg",
+                 "count_include_pad": False, "pooling_convention": "full"}, (2, 2, 6, 5)),
+    ("Pooling", {"kernel": (3, 2), "pad": (1, 1), "pool_type": "avg"}, (1, 2, 4, 5)),
+    ("Pooling", {"kernel": (2, 2), "stride": (2, 1), "pool_type": "sum"}, (1, 2, 5, 4)),
+    ("Pooling", {"global_pool": True, "pool_type": "max"}, (2, 3, 3, 4)),
+    ("Pooling", {"global_pool": True, "pool_type": "avg"}, (2, 3, 5)),
+    ("Pooling", {"kernel": (3,), "stride": (2,)}, (2, 3, 8)),
+    ("Pooling", {"kernel": (2, 2, 2), "stride": (1, 2, 2), "pool_type": "avg"},
+     (1, 2, 3, 4, 4)),
+]
+
+
+@pytest.mark.parametrize("opname,attrs,shape", OP_CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(OP_CASES)])
+def test_channel_last_op_is_the_channel_first_op_transposed(opname, attrs, shape):
+    first, names = _one_op(opname, attrs)
+    last, _ = _one_op(opname, {**attrs, "layout": LAST[len(shape)]})
+    inf, vals = _values(first, {"data": shape})
+    # data, and a convolution's weight (O, I, *k) -> (O, *k, I), move their channels last
+    last_vals = {k: _to_last(v) if v.ndim == len(shape) else v for k, v in vals.items()}
+    inf_last = infer_shapes(last, {"data": _to_last(vals["data"]).shape})
+    assert {n.name: inf_last.shapes[last.entry_id_of_node(n)] for n in last.variables} == \
+        {k: v.shape for k, v in last_vals.items()}
+    head = np.random.default_rng(1).normal(size=inf.shape(first.outputs[0]))
+    wrt = names
+    (y,), grads = _run_with_gradients(first, vals, [head], wrt)
+    (y_last,), grads_last = _run_with_gradients(last, last_vals, [_to_last(head)], wrt)
+    assert y_last.shape == inf_last.shape(last.outputs[0])
+    np.testing.assert_allclose(_to_first(y_last), y, rtol=1e-12, atol=1e-12)
+    for name, g, g_last in zip(wrt, grads, grads_last):
+        want = _to_last(g) if g.ndim == len(shape) else g
+        np.testing.assert_allclose(g_last, want, rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def test_layout_errors_name_the_fix():
+    x = sg.sym.Variable("data")
+    with pytest.raises(ShapeError, match="layout=NHWC does not fit a 1-D kernel"):
+        sg.sym.Convolution(x, kernel=(3,), num_filter=2, layout="NHWC").infer_shape(
+            data=(1, 4, 3))
+    with pytest.raises(OpError, match="expected None, NCW, NCHW, NCDHW or NWC, NHWC, NDHWC"):
+        sg.sym.Pooling(x, kernel=(2, 2), layout="CHWN")
+    with pytest.raises(OpError, match=r"channel-first layouts\), got 'NHWC'"):
+        sg.sym.Deconvolution(x, kernel=(2, 2), num_filter=2, layout="NHWC")
+    # the channel-last data's channel count is its last axis
+    arg, out, _ = sg.sym.Convolution(x, kernel=(3, 3), num_filter=5, layout="NHWC",
+                                     name="c").infer_shape(data=(2, 8, 9, 3))
+    assert arg == [(2, 8, 9, 3), (5, 3, 3, 3), (5,)] and out == [(2, 6, 7, 5)]
+
+
+# --------------------------------------------------------------------------
+# the pass
+# --------------------------------------------------------------------------
+def _net():
+    data = sg.sym.Variable("data")
+    c1 = sg.sym.Convolution(data, kernel=(3, 3), pad=(1, 1), num_filter=4, name="c1")
+    b1 = sg.sym.BatchNorm(c1, fix_gamma=False, name="b1")
+    r1 = sg.sym.Activation(b1, act_type="relu", name="r1")
+    c2 = sg.sym.Convolution(r1, kernel=(1, 1), num_filter=4, no_bias=True, name="c2")
+    add = sg.sym.elemwise_add(c2, r1, name="add")          # a residual add
+    p1 = sg.sym.Pooling(add, kernel=(2, 2), stride=(2, 2), pool_type="max", name="p1")
+    c3 = sg.sym.Convolution(p1, kernel=(3, 3), pad=(1, 1), num_filter=3, name="c3")
+    cat = sg.sym.Concat(p1, c3, dim=1, name="cat")
+    scale = sg.sym.Variable("scale", shape=(1, 7, 1, 1))
+    bc = sg.sym.broadcast_mul(cat, scale, name="bc")       # not layout-free
+    g = sg.sym.Pooling(bc, global_pool=True, pool_type="avg", kernel=(1, 1), name="gp")
+    fc = sg.sym.FullyConnected(g, num_hidden=3, name="fc")
+    return sg.sym.Group([sg.sym.LinearRegressionOutput(fc, name="out"), cat])
+
+
+SHAPES = {"data": (2, 3, 6, 6)}
+
+
+def test_rewrite_runs_channels_last_with_few_transposes():
+    g = Graph(_net().outputs)
+    before = [(n.name, dict(n.attrs)) for n in g.nodes]
+    g2 = to_channels_last(g, SHAPES)
+    assert [(n.name, dict(n.attrs)) for n in g.nodes] == before, "the input graph changed"
+    node = {n.name: n for n in g2.nodes}
+    assert all(node[c].params.layout == "NHWC" for c in ("c1", "c2", "c3", "p1"))
+    assert node["gp"].params.layout is None  # its input is channel-first: it follows
+    assert node["b1"].params.axis == 3 and node["cat"].params.dim == 3
+    assert node["add"].inputs[1].node is node["r1"]  # r1 stays channels-last
+    transposes = [n for n in g2.nodes if n.op is not None and n.op.name == "transpose"]
+    # data in; each weight; out to broadcast_mul and to the concat output
+    assert sorted(n.name for n in transposes) == [
+        "c1_weight_to_nhwc", "c2_weight_to_nhwc", "c3_weight_to_nhwc", "cat_to_nc",
+        "data_to_nhwc"]
+    for t in transposes:  # no transpose reads another: the pairs cancelled
+        assert t.inputs[0].node.op is None or t.inputs[0].node.op.name != "transpose"
+    assert node["bc"].inputs[0].node.name == "cat_to_nc"
+    assert Counter(n.op.name for n in g2.nodes if n.op is not None) - \
+        Counter(n.op.name for n in g.nodes if n.op is not None) == Counter(transpose=5)
+    assert g2.list_arguments() == g.list_arguments()
+    assert g2.list_auxiliary_states() == g.list_auxiliary_states()
+
+
+def test_rewrite_keeps_outputs_and_gradients():
+    g = Graph(_net().outputs)
+    g2 = to_channels_last(g, SHAPES)
+    inf, vals = _values(g, SHAPES, seed=3)
+    rng = np.random.default_rng(4)
+    heads = [rng.normal(size=inf.shape(e)) for e in g.outputs]
+    wrt = [n for n in g.list_arguments() if n not in ("out_label",)]
+    outs, grads = _run_with_gradients(g, vals, heads, wrt)
+    outs2, grads2 = _run_with_gradients(g2, vals, heads, wrt)
+    for a, b in zip(outs, outs2):
+        np.testing.assert_allclose(b, a, rtol=1e-11, atol=1e-12)
+    for name, a, b in zip(wrt, grads, grads2):
+        np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-11, err_msg=name)
+    # the aux updates (BatchNorm's moving stats) too
+    _, aux = jax.jit(lower(g, True))(vals, jax.random.key(0))
+    _, aux2 = jax.jit(lower(g2, True))(vals, jax.random.key(0))
+    assert aux.keys() == aux2.keys()
+    for k in aux:
+        np.testing.assert_allclose(aux2[k], aux[k], rtol=1e-12, err_msg=k)
+
+
+def test_planner_sees_the_transposes():
+    g2 = to_channels_last(Graph(_net().outputs), SHAPES)
+    plan = sg.plan(g2, SHAPES, train=True, execute=True)
+    assert plan.verified and plan.arena_checked
+    names = {n.name for n in plan.graph.nodes}
+    assert {"data_to_nhwc", "cat_to_nc", "c1_weight_to_nhwc"} <= names
+    # the transposes' gradients are planned too (their backward is a transpose)
+    assert sum(n.op is not None and n.op.name == "transpose" for n in plan.graph.nodes) > 5
+
+
+def test_graph_already_channels_last_or_without_windows_is_kept():
+    data = sg.sym.Variable("data")
+    net = sg.sym.Convolution(data, kernel=(3, 3), num_filter=2, layout="NHWC", name="c")
+    g = Graph(net.outputs)
+    g2 = to_channels_last(g, {"data": (1, 5, 5, 3)})
+    assert [n.name for n in g2.nodes] == [n.name for n in g.nodes]
+    mlp = Graph(sg.sym.FullyConnected(data, num_hidden=3, name="fc").outputs)
+    assert [n.name for n in to_channels_last(mlp, {"data": (2, 4)}).nodes] == \
+        [n.name for n in mlp.nodes]

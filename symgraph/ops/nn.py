@@ -282,7 +282,8 @@ _conv = register(OpDef(
     name="Convolution", attrs=CONV_ATTRS, arguments=_conv_args, lower=_conv_lower,
     infer_shape=_conv_shape, flops=_weight_flops, family="convolution", anchor_weights=True,
     split_wgrad=True,
-    doc="N-D convolution (NCW/NCHW/NCDHW); weight (num_filter, C/num_group, *kernel).",
+    doc="N-D convolution (NCW/NCHW/NCDHW); weight (num_filter, C/num_group, *kernel); "
+        "channel-last layouts (NWC/NHWC/NDHWC) take (num_filter, *kernel, C/num_group).",
     samples=[
         Sample({"kernel": (3, 3), "num_filter": 4}, [(2, 3, 5, 5)]),
         Sample({"kernel": (3, 2), "stride": (2, 1), "pad": (1, 1), "num_filter": 3},

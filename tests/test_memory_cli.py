@@ -40,8 +40,9 @@ def test_json_has_exactly_the_contract_keys(capsys, net_file):
     code, out, err = run(capsys, net_file, "--shape", "data=8,784", "--train", "--json")
     assert code == 0 and err == ""
     j = json.loads(out)
-    assert set(j) == {"net", "train", "shapes", "bytes", "xla", "verified"}
-    assert set(j["bytes"]) == {"arguments", "gradients", "aux", "internal"}
+    assert set(j) == {"net", "train", "shapes", "bytes", "xla", "verified", "total", "budget",
+                      "recompute", "extra_flops", "step_flops", "algorithm"}
+    assert set(j["bytes"]) == {"arguments", "gradients", "aux", "optimizer", "internal"}
     assert set(j["bytes"]["internal"]) == {"naive", "inplace", "coshare", "both", "arena",
                                            "lower_bound"}
     assert set(j["xla"]) == {"temp", "argument", "output", "alias", "program"}

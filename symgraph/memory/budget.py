@@ -77,7 +77,7 @@ class BudgetError(PlanError):
 # -- parsing --------------------------------------------------------------------
 UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
-_BUDGET = re.compile(r"^\s*((?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
+_BUDGET = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*$")
 FORMS = "bytes (123) or a number with a unit: 512MiB, 1.5 GiB, 6GB (= 6e9 bytes), KiB..TiB"
 
 

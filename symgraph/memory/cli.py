@@ -1,7 +1,7 @@
 """Plan the memory of a network (MXNet symbol JSON) and report it.
 
     symgraph plan NET.json --shape data=64,3,224,224 [--train] [--strategy NAME] [--json]
-                  [--plot OUT.png]
+                  [--plot OUT.png] [--budget 6GiB] [--optimizer NAME] [--recompute ALG]
 
 The report gives the buckets (arguments, gradients, aux, internal), the
 internal bytes under every strategy (naive, inplace, coshare, both, arena,
@@ -13,6 +13,16 @@ the rule a Module uses; ``none`` for the plain lowering; ``--no-xla``
 skips compiling it). ``--json`` prints one JSON object;
 ``--plot OUT.png`` (or .svg, .pdf) also draws the memory per step of the
 schedule under every strategy (``symgraph.viz.plot_timeline``).
+``--budget 6GiB`` (training) recomputes forward tensors in the backward so
+the total (arguments + gradients + aux + optimizer state + internal) fits,
+with the least extra FLOPs (``memory/budget.py``); ``--optimizer`` counts
+its state, ``--recompute`` picks the algorithm.
+
+``--group2ctx stage1=cpu:1,stage2=cpu:2`` also plans each device's part of
+a net whose nodes carry ctx_group attributes (``Plan.devices``);
+``--split N`` proposes a placement over N devices balancing the per-device
+peak and reports the largest one against one device; ``-o OUT.json``
+writes the net with the proposed ctx_group attributes (memory/devices.py).
 """
 from __future__ import annotations
 
@@ -22,7 +32,10 @@ import os
 
 from ..cli import UsageError, check_output_folder, load_net, parse_shapes
 from .. import measures as measures_mod
+from .budget import ALGORITHMS, OPTIMIZER_STATES, BudgetError, parse_budget
 from .planner import PLACED
+
+OPTIMIZERS = tuple(OPTIMIZER_STATES)
 
 
 def add_arguments(parser) -> None:
@@ -56,9 +69,32 @@ def add_arguments(parser) -> None:
     # the old spelling: a file in viz and zoo, so users try it here for the report
     parser.add_argument("--output", dest="old_output", action="append", default=None,
                         help=argparse.SUPPRESS)
+    parser.add_argument("--budget", metavar="SIZE", default=None,
+                        help="training: recompute forward tensors so the total fits SIZE "
+                             "(bytes, or 6GiB, 512MiB, 6GB = 6e9 bytes) with the least extra "
+                             "FLOPs; exit 2 naming the smallest total reachable if nothing "
+                             "fits")
+    parser.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
+                        help="training: count this optimizer's state in the total "
+                             "(sgd none, momentum/nag 1x, adam 2x the parameters)")
+    parser.add_argument("--recompute", default="auto",
+                        choices=("auto", "none") + ALGORITHMS,
+                        help="training: what to recompute in the backward: auto (solver "
+                             "under --budget, else nothing), none, mirror (MXNet's: cheap "
+                             "ops), sqrt (Chen's sqrt(n) checkpoints), solver (least extra "
+                             "FLOPs)")
     parser.add_argument("--execute", action="store_true",
                         help="also run the arena interpreter on random inputs for every "
                              "strategy (slow at real sizes)")
+    parser.add_argument("--group2ctx", metavar="GROUP=DEV,...", default=None,
+                        help="also plan each device's part: ctx_group name -> device, "
+                             "e.g. stage1=cpu:1,stage2=cpu:2 (the devices need not exist here)")
+    parser.add_argument("--split", type=int, metavar="N", default=None,
+                        help="propose a placement over N devices (training) that balances "
+                             "the per-device peak; report the largest against one device")
+    parser.add_argument("-o", dest="split_out", metavar="OUT.json", default=None,
+                        help="with --split: write the net with the proposed ctx_group "
+                             "attributes to OUT.json")
     _add_output_options(parser)
 
 
@@ -102,13 +138,19 @@ def run(args) -> int:
     if args.match_range < 0:
         raise UsageError(f"plan: --match-range must be >= 0, got {args.match_range}")
     _check_output_options(args)
+    budget = _budget(args)
     measures = _measures(args)
+    group2ctx = _check_devices_options(args)
     net = load_net(args.net)
+    if args.split is not None:
+        return _run_split(net, shapes, args)
     from .pipeline import plan
     p = plan(net, shapes, train=args.train, strategy=args.strategy,
              outputs=args.head, fuse=not args.no_fuse, schedule=args.schedule,
              match_range=args.match_range, execute=args.execute, xla=not args.no_xla,
-             xla_measures=measures, name=os.path.splitext(os.path.basename(args.net))[0])
+             xla_measures=measures, name=os.path.splitext(os.path.basename(args.net))[0],
+             budget=budget, optimizer=args.optimizer, recompute=args.recompute,
+             group2ctx=group2ctx)
     breakdown = None
     if args.breakdown:
         from .. import xla
@@ -128,6 +170,69 @@ def run(args) -> int:
 
 
 BREAKDOWN_ROWS = 15
+
+
+def _check_devices_options(args):
+    """--group2ctx parsed, --split and -o checked, before any planning."""
+    if args.split_out is not None and args.split is None:
+        raise UsageError("plan: -o writes the net --split proposes; add --split N")
+    if args.split is not None:
+        if args.split < 1:
+            raise UsageError(f"plan: --split takes a number of devices >= 1, got {args.split}")
+        if args.group2ctx is not None:
+            raise UsageError("plan: --split proposes its own placement; drop --group2ctx")
+        if not args.train:
+            raise UsageError("plan: --split balances the training plan; add --train")
+        if args.split_out is not None:
+            check_output_folder(args.split_out)
+    if args.group2ctx is None:
+        return None
+    from ..parallel.placement import parse_group2ctx_arg
+    return parse_group2ctx_arg(args.group2ctx)
+
+
+def _run_split(net, shapes, args) -> int:
+    """``symgraph plan --split N``: the proposal, its per-device plans, -o."""
+    from .devices import split
+    p, sp = split(net, shapes, args.split, outputs=args.head, strategy=args.strategy,
+                  fuse=not args.no_fuse, schedule=args.schedule,
+                  match_range=args.match_range,
+                  name=os.path.splitext(os.path.basename(args.net))[0])
+    if args.split_out is not None:
+        from ..serialize import save
+        save(sp.symbol(), args.split_out)  # atomic
+    if args.json:
+        print(json.dumps({"net": p.net, "shapes": {k: list(v) for k, v in p.shapes.items()},
+                          "split": sp.to_json(), "devices": sp.devices.to_json()}))
+        return 0
+    mib = 2 ** 20
+    print(f"split of {p.net} (training) over {args.split} devices: "
+          f"group2ctx {sp.group2ctx_text()}")
+    print(f"  largest per-device peak {sp.devices.peak / mib:,.1f} MiB = {sp.ratio:.3f}x "
+          f"one device ({sp.one_device / mib:,.1f} MiB); stages end after "
+          f"{', '.join(sp.cut_after)} ({sp.evaluations} placements planned)")
+    print(sp.devices.text(p.strategy, sp.one_device))
+    if args.split_out is not None:
+        print(f"wrote {args.split_out} (ctx_group attributes: {', '.join(sp.group2ctx)})")
+    return 0
+
+
+def _budget(args):
+    """``--budget`` in bytes (None without one), and the training-only
+    options refused without ``--train``, before any planning."""
+    if not args.train:
+        for flag, given in (("--budget", args.budget is not None),
+                            ("--optimizer", args.optimizer is not None),
+                            ("--recompute", args.recompute not in ("auto", "none"))):
+            if given:
+                raise UsageError(f"plan: {flag} needs --train (an inference plan has no "
+                                 f"backward to recompute in, no optimizer state)")
+    if args.budget is None:
+        return None
+    try:
+        return parse_budget(args.budget)
+    except BudgetError as err:
+        raise UsageError(f"plan: --budget: {err}") from None
 
 
 def _measures(args):

@@ -3,13 +3,32 @@
 The JSON form is exactly::
 
     {"net": str, "train": bool, "shapes": {name: [dims]},
-     "bytes": {"arguments": int, "gradients": int, "aux": int,
+     "bytes": {"arguments": int, "gradients": int, "aux": int, "optimizer": int,
                "internal": {"naive": int, "inplace": int, "coshare": int,
                             "both": int, "arena": int, "lower_bound": int}},
+     "total": int, "budget": int or null,
+     "recompute": [{"name": str, "op": str, "bytes": int, "flops": int}],
+     "extra_flops": int, "step_flops": int, "algorithm": str or null,
      "xla": {"temp": int, "argument": int, "output": int, "alias": int,
              "program": {"program": str, "devices": int, "backend": str,
                          "optimizer": str (training), "measures": [names]}} or null,
      "verified": true}
+
+``total`` is arguments + gradients + aux + optimizer (the state of the
+optimizer named, 0 without one) + the internal bytes of the reported
+strategy; ``budget`` the budget asked (bytes), ``recompute`` the forward
+nodes dropped after the forward and computed again in the backward
+(``bytes``: the node's output bytes; ``flops``: one run of it),
+``extra_flops`` their sum, ``step_flops`` the FLOPs of the training step
+without recompute (of the graph planned, in inference), ``algorithm`` the
+one that chose them (mirror, sqrt, solver, explicit, none; null without a
+budget or recompute).
+
+A plan made with ``group2ctx`` also has ``"devices"``: one object per
+device that runs anything, ``{"device": "cpu(1)", "groups": [str], "ops":
+int, "bytes": {the layout above}, "copies": {"in_bytes", "in_count",
+"out_bytes", "out_count"}, "total": int, "verified": true}``
+(memory/devices.py).
 
 ``shapes`` are the input shapes the plan was made for (as given), ``xla``
 the ``memory_analysis()`` of the program a Module runs for the net (null
@@ -37,10 +56,18 @@ def report_json(plan) -> dict:
             "arguments": int(plan.buckets["arguments"]),
             "gradients": int(plan.buckets["gradients"]),
             "aux": int(plan.buckets["aux"]),
+            "optimizer": int(plan.buckets.get("optimizer", 0)),
             "internal": {k: int(v) for k, v in plan.internal.items()},
         },
+        "total": int(plan.total),
+        "budget": None if plan.budget is None else int(plan.budget),
+        "recompute": [dict(r) for r in plan.recompute],
+        "extra_flops": int(plan.extra_flops),
+        "step_flops": int(plan.step_flops or 0),
+        "algorithm": plan.algorithm,
         "xla": None if plan.xla is None else dict(plan.xla),
         "verified": True,
+        **({} if plan.devices is None else {"devices": plan.devices.to_json()}),
     }
 
 
@@ -68,9 +95,19 @@ def report_text(plan) -> str:
     lines.append(f"  {'bucket':<22}{'bytes':>18}  {'MiB':>12}")
     for k in ("arguments", "gradients", "aux"):
         lines.append(_row(k, plan.buckets[k]))
+    if plan.buckets.get("optimizer"):
+        lines.append(_row("optimizer", plan.buckets["optimizer"]))
     lines.append(_row(f"internal ({plan.strategy})", internal[plan.strategy]))
-    total = sum(plan.buckets.values()) + internal[plan.strategy]
-    lines.append(_row("total", total))
+    lines.append(_row("total", plan.total))
+    if plan.budget is not None:
+        lines.append(_row("budget", plan.budget,
+                          f"  total is {plan.total / plan.budget:.1%} of it"))
+    if plan.algorithm is not None:
+        step = plan.step_flops or 0
+        share = f" ({plan.extra_flops / step:.1%} of the step's {step:,})" if step else ""
+        dropped = sum(r["bytes"] for r in plan.recompute)
+        lines.append(f"  recompute ({plan.algorithm}): {len(plan.recompute)} forward tensors, "
+                     f"{_mib(dropped)} MiB of outputs; extra FLOPs {plan.extra_flops:,}{share}")
     lines.append("")
     naive = internal["naive"] or 1
     lines.append(f"  {'internal by strategy':<22}{'bytes':>18}  {'MiB':>12}  {'vs naive':>9}")
@@ -84,6 +121,10 @@ def report_text(plan) -> str:
     if lb:
         lines.append(f"  arena / lower bound: {a.total / lb:.4f}  ({a.note})")
     lines.append("")
+    if plan.devices is not None:
+        lines.append(plan.devices.text(plan.strategy, sum(plan.buckets.values())
+                                      + internal[plan.strategy]))
+        lines.append("")
     if plan.peak_step is not None:
         s = plan.peak_step
         lines.append(f"peak (lower bound) at step {s + 1}/{live.num_steps} "

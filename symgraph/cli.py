@@ -163,7 +163,7 @@ def load_net(path):
     one: one-line errors for a path that cannot be read, serialize's errors
     for a bad file."""
     path = check_net_file(path)
-    from .serialize import load
+    from .symbol import load
     try:
         return load(path)
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:

@@ -1,5 +1,9 @@
 """MXNet 1.x symbol JSON: load and save.
 
+This module reads and writes ``Graph``s; ``symbol.load``/``load_json`` and
+``Symbol.save``/``tojson`` wrap it (the Symbol API is built on it, never
+the other way round).
+
 The schema is the one MXNet's NNVM ``SaveJSON`` pass writes::
 
     {
@@ -171,8 +175,8 @@ def save(sym, fname) -> None:
 # --------------------------------------------------------------------------
 # reading
 # --------------------------------------------------------------------------
-def load(fname):
-    """The Symbol stored in an MXNet symbol-JSON file (any MXNet version)."""
+def load(fname) -> Graph:
+    """The graph stored in an MXNet symbol-JSON file (any MXNet version)."""
     where = os.fspath(fname)
     try:
         with open(fname, encoding="utf-8-sig") as f:
@@ -186,8 +190,8 @@ def load(fname):
     return from_json(text, source=where)
 
 
-def from_json(text: str, source: str = "symbol JSON"):
-    """The Symbol described by MXNet symbol-JSON ``text``.
+def from_json(text: str, source: str = "symbol JSON") -> Graph:
+    """The graph described by MXNet symbol-JSON ``text``.
 
     Every error is a SymgraphError whose message starts with ``source``
     (the file name when called by ``load``) and names the node at fault.
@@ -209,10 +213,10 @@ def from_json(text: str, source: str = "symbol JSON"):
     return from_dict(doc, source)
 
 
-def from_dict(doc, source: str = "symbol JSON"):
-    """The Symbol of an already parsed MXNet symbol-JSON object."""
+def from_dict(doc, source: str = "symbol JSON") -> Graph:
+    """The graph of an already parsed MXNet symbol-JSON object."""
     try:
-        return _Reader(doc).symbol()
+        return _Reader(doc).graph()
     except SymgraphError as err:
         raise type(err)(f"{source}: {err}") from None
     except RecursionError:  # attribute values of lists in lists in lists ...
@@ -426,9 +430,7 @@ class _Reader:
                     built[nid] = self._build(r, built)
         return built
 
-    def symbol(self):
-        from .symbol import Symbol
-
+    def graph(self) -> Graph:
         heads = self.doc["heads"]
         if not isinstance(heads, list) or not heads:
             raise SerializationError("'heads' must be a non-empty list of "
@@ -454,6 +456,4 @@ class _Reader:
                 raise GraphError(f"heads[{k}] reads output {idx} of {self.raw[nid].what()}, "
                                  f"which has {node.num_outputs} output(s)")
             outs.append(Entry(node, idx))
-        sym = Symbol(outs)
-        sym.graph()  # validates: duplicate names, input counts
-        return sym
+        return Graph(outs)  # validates: duplicate names, input counts

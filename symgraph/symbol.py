@@ -17,9 +17,10 @@ from typing import Sequence
 
 import numpy as np
 
+from . import serialize
+from .dtypes import dtype_name
 from .errors import GraphError, OpError, ShapeError, UnknownOpError
 from .graph import Entry, Graph, Node
-from .dtypes import dtype_name
 from .ops import get_op, list_ops
 from .ops.registry import format_attr
 from .passes.infer import infer_shapes
@@ -245,12 +246,10 @@ class Symbol:
 
     # -- serialization -------------------------------------------------------------
     def tojson(self) -> str:
-        from .serialize import to_json
-        return to_json(self)
+        return serialize.to_json(self.graph())
 
     def save(self, fname: str) -> None:
-        from .serialize import save
-        save(self, fname)
+        serialize.save(self.graph(), fname)
 
     # -- binding -------------------------------------------------------------------
     def simple_bind(self, ctx=None, grad_req="write", type_dict=None, memory_measures="auto",
@@ -443,10 +442,10 @@ def __dir__():
 
 
 def load(fname: str) -> Symbol:
-    from .serialize import load as _load
-    return _load(fname)
+    """The symbol stored in an MXNet symbol-JSON file (any MXNet version)."""
+    return Symbol(serialize.load(fname).outputs)
 
 
 def load_json(text: str) -> Symbol:
-    from .serialize import from_json
-    return from_json(text)
+    """The symbol described by MXNet symbol-JSON ``text``."""
+    return Symbol(serialize.from_json(text).outputs)

@@ -211,7 +211,7 @@ def test_nodes_listed_out_of_order_still_load():
         n["inputs"] = [[new_id[e[0]], e[1], e[2]] for e in n["inputs"]]
     doc.update(nodes=nodes, heads=[[new_id[9], 0, 0]],
                arg_nodes=sorted(new_id[i] for i in doc["arg_nodes"]))
-    net = serialize.from_dict(doc)
+    net = sg.sym.load_json(json.dumps(doc))
     assert net.tojson() == read("mlp-symbol.json")
 
 
@@ -221,7 +221,7 @@ def test_hand_written_values_and_unhidden_keys_are_accepted():
                       "attrs": {"num_hidden": 3, "no_bias": True, "ctx_group": "g"},
                       "control_deps": []}],
            "arg_nodes": [0], "heads": [[1, 0]]}
-    net = serialize.from_dict(doc)
+    net = sg.sym.load_json(json.dumps(doc))
     fc = net.graph().nodes[-1]
     assert fc.params.num_hidden == 3 and fc.params.no_bias is True
     assert fc.attrs == {"num_hidden": "3", "no_bias": "True", "__ctx_group__": "g"}

@@ -169,3 +169,113 @@ def test_bad_group2ctx():
         net.simple_bind(sg.cpu(0), group2ctx={"stage1": "tpu:1", "stage2": "cpu:2"}, **SHAPES)
     for err in (PlacementError, ContextError):
         assert issubclass(err, SymgraphError)
+
+
+# -- the plan per device ---------------------------------------------------------------
+@pytest.mark.parametrize("fuse", [False, True])
+def test_per_device_plan_sums_to_the_whole_plan_plus_the_copies(fuse):
+    net = _net()
+    whole = sg.plan(net, SHAPES, train=True, fuse=fuse)
+    p = sg.plan(net, SHAPES, train=True, fuse=fuse, group2ctx={"stage1": "cpu:1",
+                                                               "stage2": sg.cpu(2)})
+    devs = p.devices
+    assert [d.device for d in devs.plans] == ["cpu(1)", "cpu(2)"]
+    assert [d.groups for d in devs.plans] == [["stage1"], ["stage2"]]
+    for k in ("arguments", "gradients", "aux"):
+        assert sum(d.buckets[k] for d in devs.plans) == whole.buckets[k] == p.buckets[k]
+    # every planned tensor lives on one device; the copies are the only new ones
+    copies = sum(d.copies["in_bytes"] for d in devs.plans)
+    assert copies == sum(d.copies["out_bytes"] for d in devs.plans) > 0
+    assert sum(d.copies["in_count"] for d in devs.plans) == 2  # forward and its gradient
+    naive = sum(d.internal["naive"] for d in devs.plans)
+    assert naive == devs.whole.internal["naive"]
+    if not fuse:  # fusion can differ at a cut; without it the identity is exact
+        assert naive == whole.internal["naive"] + copies
+    for d in devs.plans:
+        assert d.verified
+        assert d.internal["lower_bound"] <= d.internal["arena"] <= d.internal["both"] \
+            <= d.internal["naive"]
+        assert d.total == sum(d.buckets.values()) + d.internal["arena"]
+    # a device holds less than the whole (the copies notwithstanding)
+    assert max(d.total for d in devs.plans) < whole.total
+    doc = p.to_json()
+    assert [x["device"] for x in doc["devices"]] == ["cpu(1)", "cpu(2)"]
+    for x in doc["devices"]:
+        assert set(x["bytes"]) == set(doc["bytes"])
+        assert set(x["bytes"]["internal"]) == set(doc["bytes"]["internal"])
+        assert x["verified"] is True
+
+
+def test_per_device_plan_checks_each_device_statically():
+    from symgraph.errors import PlanError
+    from symgraph.memory.verify import StaticCheck
+    p = sg.plan(_net(), SHAPES, train=True, group2ctx=G2C)
+    d = p.devices.plans[0]
+    a = d.assignments["arena"]
+    bad = list(a.offset)
+    big = max(range(len(bad)), key=d.live.nbytes.__getitem__)
+    other = next(t for t in range(len(bad)) if t != big and
+                 d.live.first[t] <= d.live.last[big] and d.live.first[big] <= d.live.last[t])
+    bad[other] = bad[big]  # two live tensors at one offset
+    with pytest.raises(PlanError, match="verify"):
+        StaticCheck(d.live).check_offsets(bad)
+
+
+def _cli(capsys, *argv):
+    from symgraph.cli import main
+    code = main(["plan", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def net_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("place") / "two_stage.json"
+    path.write_text(json.dumps(MXNET_JSON))
+    return str(path)
+
+
+def test_cli_group2ctx(capsys, net_file):
+    code, out, err = _cli(capsys, net_file, "--shape", "data=4,2,5,5", "--train", "--no-xla",
+                          "--group2ctx", "stage1=cpu:1,stage2=cpu:2", "--json")
+    assert code == 0 and err == ""
+    doc = json.loads(out)
+    p = sg.plan(_net(), SHAPES, train=True, group2ctx=G2C)
+    assert doc["devices"] == p.to_json()["devices"]
+    code, out, err = _cli(capsys, net_file, "--shape", "data=4,2,5,5", "--train", "--no-xla",
+                          "--group2ctx", "stage1=cpu:1,stage2=cpu:2")
+    assert code == 0 and "per device" in out and "cpu(2)" in out
+
+
+def test_cli_split_writes_groups_that_bind(capsys, net_file, tmp_path):
+    out_file = str(tmp_path / "split.json")
+    code, out, err = _cli(capsys, net_file, "--shape", "data=4,2,5,5", "--train", "--split",
+                          "2", "-o", out_file, "--json")
+    assert code == 0 and err == ""
+    doc = json.loads(out)
+    assert doc["split"]["devices"] == 2 and len(doc["devices"]) == 2
+    assert doc["split"]["peak"] == max(d["total"] for d in doc["devices"])
+    assert doc["split"]["one_device"] == sg.plan(_net(), SHAPES, train=True).total
+    net = sg.sym.load(out_file)
+    groups = {n.attrs.get("__ctx_group__") for n in net.graph().nodes}
+    assert groups == {"stage1", "stage2"}
+    g2c = {k: sg.cpu(int(v[-2])) for k, v in doc["split"]["group2ctx"].items()}
+    one, two = _bind(net), _bind(net, g2c)
+    np.testing.assert_allclose(two.forward(is_train=True)[0].asnumpy(),
+                               one.forward(is_train=True)[0].asnumpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--group2ctx", "stage1=cpu:1,stage9=cpu:2"], "group 'stage9', which no node"),
+    (["--group2ctx", "stage1=cpu:1"], "does not map"),
+    (["--group2ctx", "stage1=npu:1,stage2=cpu:2"], "is not a device"),
+    (["--group2ctx", "stage1"], "is not GROUP=DEVICE"),
+    (["-o", "x.json"], "add --split"),
+    (["--split", "0"], ">= 1"),
+    (["--split", "2", "--group2ctx", "stage1=cpu:1"], "drop --group2ctx"),
+])
+def test_cli_bad_devices_options(capsys, net_file, argv, message):
+    code, out, err = _cli(capsys, net_file, "--shape", "data=4,2,5,5", "--train", "--no-xla",
+                          *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and message in err

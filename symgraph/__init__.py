@@ -39,6 +39,7 @@ _LAZY = {
     "models": "symgraph.models",
     "viz": "symgraph.viz",
     "memory": "symgraph.memory",
+    "xla": "symgraph.xla",
     "passes": "symgraph.passes",
     "recordio": "symgraph.recordio",
 }

@@ -214,6 +214,24 @@ def plan_step(plan, measures="auto") -> Step:
     return (training_step if plan.train else inference_step)(plan, measures=measures)
 
 
+def plan_memory(plan, measures="auto") -> dict | None:
+    """XLA's ``memory_analysis()`` of the program a Module runs for the
+    plan's net (``plan_step``: training, the step ``fit`` runs on one
+    device, SGD with momentum; inference, the program ``predict`` runs):
+    temp, argument, output and alias bytes, and ``program`` (what was
+    compiled: devices, optimizer, measures); None when the backend gives
+    nothing (temp, argument and output all 0 or unknown), a field it does
+    not know is None. ``measures``: 'auto' (the rule a Module uses),
+    'none', or names. ``plan.xla = plan_memory(plan)`` puts the figures in
+    the plan's report and JSON."""
+    step = plan_step(plan, measures)
+    m = memory(step)
+    if m is None or not any(m[k] for k in ("temp", "argument", "output")):
+        return None
+    return {**{k: m[k] for k in ("temp", "argument", "output", "alias")},
+            "program": step.info}
+
+
 def _gradient_names(plan) -> list:
     """The parameter each gradient output belongs to: ``build_gradient``
     appends them in ``wrt`` order, and the plan's ``wrt`` is the default."""

@@ -250,7 +250,7 @@ def test_inference_step_and_breakdown_roles():
 
 
 def test_plan_xla_memory_is_the_modules_program():
-    from symgraph.memory import xla_memory
+    from symgraph.xla import plan_memory as xla_memory
     p = plan(vgg_like(), {"data": (BATCH,) + SHAPE}, train=True)
     plain = xla_memory(p, "none")
     both = xla_memory(p, ("anchor_weights", "scheduler"))
@@ -259,8 +259,9 @@ def test_plan_xla_memory_is_the_modules_program():
     assert set(plain) == {"temp", "argument", "output", "alias", "program"}
     assert plain["program"]["measures"] == [] and \
         both["program"]["measures"] == ["anchor_weights", "scheduler"]
-    # sg.plan records the program with the figures; the default is the rule's
-    q = plan(vgg_like(), {"data": (BATCH,) + SHAPE}, train=True, xla=True)
+    # the plan records the program with the figures; the default is the rule's
+    q = plan(vgg_like(), {"data": (BATCH,) + SHAPE}, train=True)
+    q.xla = xla_memory(q)
     auto = list(sg.measures.default_measures(p.graph, True))
     assert q.to_json()["xla"]["program"]["measures"] == auto
     assert q.to_json()["xla"]["program"]["optimizer"].startswith("sgd(")

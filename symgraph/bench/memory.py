@@ -213,7 +213,8 @@ def compare_steps(p, net, shapes) -> dict:
 def measure(name: str, batch: int, mode: str, xla: bool = True, mxnet=None,
             schedule: str = "dfs", compare: bool = False) -> dict:
     """One row of the benchmark: the plan of zoo net ``name`` at ``batch``."""
-    from ..memory import STRATEGIES, plan, xla_memory
+    from ..memory import STRATEGIES, plan
+    from ..xla import plan_memory
     from ..models import count_parameters, data_shapes, get_model, model_info
     info = model_info(name)
     net = get_model(name)
@@ -244,7 +245,7 @@ def measure(name: str, batch: int, mode: str, xla: bool = True, mxnet=None,
     row["xla"], row["xla_compile_seconds"] = None, None
     if xla:
         t0 = time.perf_counter()
-        row["xla"] = xla_memory(p)  # the program Module.fit (or predict) runs
+        row["xla"] = plan_memory(p)  # the program Module.fit (or predict) runs
         row["xla_compile_seconds"] = time.perf_counter() - t0
     row["xla_temp_over_arena"] = (row["xla"]["temp"] / internal["arena"]
                                   if row["xla"] and row["xla"]["temp"] is not None

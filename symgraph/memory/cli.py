@@ -147,10 +147,13 @@ def run(args) -> int:
     from .pipeline import plan
     p = plan(net, shapes, train=args.train, strategy=args.strategy,
              outputs=args.head, fuse=not args.no_fuse, schedule=args.schedule,
-             match_range=args.match_range, execute=args.execute, xla=not args.no_xla,
-             xla_measures=measures, name=os.path.splitext(os.path.basename(args.net))[0],
+             match_range=args.match_range, execute=args.execute,
+             name=os.path.splitext(os.path.basename(args.net))[0],
              budget=budget, optimizer=args.optimizer, recompute=args.recompute,
              group2ctx=group2ctx)
+    if not args.no_xla:
+        from .. import xla
+        p.xla = xla.plan_memory(p, measures)
     breakdown = None
     if args.breakdown:
         from .. import xla

@@ -235,8 +235,8 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
          dtypes: dict | None = None, *, outputs=None, wrt=None, data_names=None,
          label_names=None, fuse: bool = True, schedule="dfs",
          match_range: int = DEFAULT_MATCH_RANGE, parallel_safe: bool = True,
-         verify: bool = True, execute: bool = False, xla: bool = False,
-         xla_measures="auto", name: str | None = None, group2ctx=None, budget=None, optimizer=None,
+         verify: bool = True, execute: bool = False,
+         name: str | None = None, group2ctx=None, budget=None, optimizer=None,
          recompute=None, mirror: bool = False) -> Plan:
     """Plans the memory of ``net`` (a Symbol or Graph) for input ``shapes``.
 
@@ -256,11 +256,8 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
     verify: run the static overlap check on every strategy (on by default;
         a plan is only reported verified). execute: also run the arena
         interpreter for every strategy (needs real arrays: small shapes).
-    xla: compile the program a Module runs for this net (training: the
-        step ``fit`` runs on one device, SGD with momentum; inference: the
-        program ``predict`` runs) and record XLA's memory_analysis() and
-        which program it was (``xla_measures``: the memory measures, 'auto'
-        for the rule a Module uses, 'none', or names).
+    XLA's figures for the program a Module runs for the net are
+    ``symgraph.xla.plan_memory(plan)`` (memory never imports xla).
     group2ctx: ctx_group name -> device (``sg.cpu(1)`` or 'cpu:1'): also plan
         each device's part (``Plan.devices``, memory/devices.py); the
         devices need not exist on this machine.
@@ -351,8 +348,6 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
     if execute:
         for s in PLACED:
             result.check_arena(s)
-    if xla:
-        result.xla = xla_memory(result, xla_measures)
     return result
 
 
@@ -447,18 +442,3 @@ def _check_order(a: dict, lb: int) -> None:
     for n1, v1, n2, v2 in checks:
         if v1 > v2:
             raise PlanError(f"planner bug: {n1} ({v1} bytes) above {n2} ({v2} bytes)")
-
-
-def xla_memory(plan: Plan, measures="auto") -> dict | None:
-    """XLA's ``memory_analysis()`` of the program a Module runs for the
-    plan's net (``symgraph.xla.plan_step``): temp, argument, output and
-    alias bytes, and ``program`` (what was compiled: devices, optimizer,
-    measures); None when the backend gives nothing (temp, argument and
-    output all 0 or unknown), a field it does not know is None."""
-    from .. import xla
-    step = xla.plan_step(plan, measures)
-    m = xla.memory(step)
-    if m is None or not any(m[k] for k in ("temp", "argument", "output")):
-        return None
-    return {**{k: m[k] for k in ("temp", "argument", "output", "alias")},
-            "program": step.info}

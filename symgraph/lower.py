@@ -20,6 +20,7 @@ import numpy as np
 
 from .errors import BindError, SymgraphError
 from .graph import Entry, Graph, Node, entry_key  # noqa: F401 (entry_key: re-exported)
+from .passes.recompute import RECOMPUTE_ATTR
 
 
 class LowerCtx:
@@ -96,7 +97,7 @@ class Interpreter:
                 remaining[g.entry_id(e)] += 1
         for e in g.outputs:
             remaining[g.entry_id(e)] += 1
-        for nid in sorted(needed):
+        for nid in self.order(needed):
             node = g.nodes[nid]
             base = g.row_ptr[nid]
             if all(base + i in values for i in range(node.num_outputs)):
@@ -110,11 +111,21 @@ class Interpreter:
                 remaining[eid] -= 1
                 if remaining[eid] == 0:
                     del values[eid]
+            ins = self.prepare_inputs(nid, ins, values)
             outs = self.eval_node(node, ins)
             for i, v in enumerate(outs):
                 if remaining[base + i] > 0:
                     values[base + i] = v
         return [values[g.entry_id(e)] for e in g.outputs]
+
+    def order(self, needed: set) -> list:
+        """The node ids of ``needed`` in the order they are evaluated."""
+        return sorted(needed)
+
+    def prepare_inputs(self, nid: int, inputs: list, values: dict) -> list:
+        """The inputs node ``nid`` is evaluated with (``values``: the live
+        values by entry id)."""
+        return inputs
 
     def _needed(self, fed: dict) -> set[int]:
         g = self.graph
@@ -155,6 +166,49 @@ class JaxInterpreter(Interpreter):
         self.anchor = anchor
         self.wgrad_chunks = wgrad_chunks
         self.aux_updates: dict[str, object] = {}
+        self._clones = _CloneAnchors(graph)
+
+    def order(self, needed):
+        return self._clones.order(needed)
+
+    def prepare_inputs(self, nid, inputs, values):
+        """A recompute clone's inputs that are neither clones nor variables
+        (the checkpoints it starts from) are tied to the incoming
+        gradient of the backward node that first needs the recomputed
+        values: XLA can then neither merge the clone with the forward node
+        it repeats (CSE: same op, same operands) nor compute it early, in
+        the forward, and keep its result alive until the backward -- which
+        would undo the recompute."""
+        anchor = self._clones.anchor.get(nid)
+        if anchor is None or anchor not in values or CLONE_TIE is None:
+            return inputs
+        clones = self._clones.clone_ids
+        g = self.graph
+        node = g.nodes[nid]
+        # variables (weights) stay as they are: a tied copy of a weight costs
+        # its size, and the tied activations already keep the clone apart;
+        # a clone that reads only variables (the first layer) ties its data
+        keep = [e.node.op is None or g.node_id(e.node) in clones for e in node.inputs]
+        if all(keep) and not any(g.node_id(e.node) in clones for e in node.inputs):
+            keep = [i > 0 for i in range(len(keep))]
+        if CLONE_TIE == "barrier":  # measured, not used: see CLONE_TIE
+            a = values[anchor]
+            raw = [x.value if isinstance(x, _NHWC) else x for x in inputs]
+            sel = [r for r, k in zip(raw, keep) if not k]
+            _, sel = jax.lax.optimization_barrier((a.value if isinstance(a, _NHWC) else a, sel))
+            it = iter(sel)
+            out = []
+            for x, k in zip(inputs, keep):
+                if k:
+                    out.append(x)
+                else:
+                    v = next(it)
+                    out.append(_NHWC(v) if isinstance(x, _NHWC) else v)
+            return out
+        s = _anchor_scalar(values[anchor])
+        if s is None:
+            return inputs
+        return [x if k else _add_scalar(x, s) for x, k in zip(inputs, keep)]
 
     def eval_node(self, node, inputs):
         return self.apply(node, node.op.lower, inputs)
@@ -164,7 +218,10 @@ class JaxInterpreter(Interpreter):
         list, aux updates collected, errors naming the node."""
         fwd = node.op.forward  # set for backward ops: the op facts below are its
         chunks = self.wgrad_chunks if fwd is not None and fwd.split_wgrad else 1
-        ctx = LowerCtx(self.is_train, self.key, node.name, chunks)
+        # a recompute clone draws the random numbers of the node it repeats
+        # (a recomputed Dropout drops the same units)
+        original = node.attrs.get(RECOMPUTE_ATTR)
+        ctx = LowerCtx(self.is_train, self.key, original or node.name, chunks)
         if len(inputs) > 1 and _anchored(self.anchor, fwd):
             inputs = tie_to_first(inputs)
         try:
@@ -179,7 +236,8 @@ class JaxInterpreter(Interpreter):
         n_aux = len(node.op.aux_names(node.params))
         if n_aux:
             outs, new_aux = res
-            if self.is_train and new_aux is not None:
+            # a clone's aux updates are the forward's again: applied once
+            if self.is_train and new_aux is not None and original is None:
                 for e, v in zip(node.inputs[node.num_args:], new_aux):
                     self.aux_updates[e.node.name] = v
         else:
@@ -208,6 +266,94 @@ def tie_to_first(inputs: list) -> list:
             x = x + s.astype(x.dtype)
         out.append(x)
     return out
+
+
+def _anchor_scalar(g):
+    """``g[0] * 0`` of a (possibly channels-last) tensor; None if empty."""
+    g = g.value if isinstance(g, _NHWC) else g
+    if g.size == 0 or not jnp.issubdtype(g.dtype, jnp.floating):
+        return None
+    return jnp.ravel(g)[0] * 0
+
+
+def _add_scalar(x, s):
+    """``x + s`` for float tensors of two or more dimensions (what
+    ``tie_to_first`` ties), ``x`` otherwise; keeps a channels-last value so."""
+    v = x.value if isinstance(x, _NHWC) else x
+    if not (hasattr(v, "dtype") and jnp.issubdtype(v.dtype, jnp.floating) and v.ndim >= 2):
+        return x
+    v = v + s.astype(v.dtype)
+    return _NHWC(v) if isinstance(x, _NHWC) else v
+
+
+# How a recompute clone's inputs are tied to the backward: 'add' (``x +
+# g[0]*0``, as tie_to_first), 'barrier' (jax.lax.optimization_barrier over
+# the gradient and the inputs) or None (not tied; XLA then merges the clone
+# with its original). Measured on XLA:CPU (benchmarks/recompute_program.py,
+# docs/memory.md): untied, the recompute is undone (temp as without it);
+# 'add' keeps it; 'barrier' kept it as well or worse (a 16-layer MLP: 42
+# against 26 MiB). Module-level so the benchmark can compare them.
+CLONE_TIE = "add"
+
+
+class _CloneAnchors:
+    """Where a graph's recompute clones (``passes.recompute``) run and what
+    they are tied to. A clone's first use is the earliest node, in the
+    graph's order, that is no clone and reads it directly or through other
+    clones; the clone is evaluated right before that node, its non-clone
+    inputs tied to that node's incoming gradient (its first input computed
+    by the backward). Graphs without clones keep the graph's order."""
+
+    def __init__(self, graph: Graph):
+        nodes = graph.nodes
+        self.clone_ids = {i for i, n in enumerate(nodes)
+                          if n.op is not None and RECOMPUTE_ATTR in n.attrs}
+        self.anchor: dict[int, int] = {}
+        self.first_use: dict[int, int] = {}
+        if not self.clone_ids:
+            return
+        # backward-derived entries: outputs of backward ops, of nodes reading
+        # one, and head gradients (variables shaped like an output)
+        bwd = [False] * len(nodes)
+        for i, n in enumerate(nodes):
+            if i in self.clone_ids:
+                continue
+            if n.op is None:
+                bwd[i] = "__like__" in n.attrs
+            else:
+                bwd[i] = n.op.forward is not None or \
+                    any(bwd[graph.node_id(e.node)] for e in n.inputs)
+        users: dict[int, list] = {}
+        for i, n in enumerate(nodes):
+            for e in n.inputs:
+                users.setdefault(graph.node_id(e.node), []).append(i)
+        for c in sorted(self.clone_ids, reverse=True):  # users of a clone come later
+            first = min((self.first_use.get(u, u) for u in users.get(c, ())), default=None)
+            if first is None:
+                continue
+            self.first_use[c] = first
+            grad = next((graph.entry_id(e) for e in nodes[first].inputs
+                         if graph.node_id(e.node) not in self.clone_ids
+                         and bwd[graph.node_id(e.node)]), None)
+            if grad is not None:
+                self.anchor[c] = grad
+
+    def order(self, needed) -> list:
+        if not self.first_use:
+            return sorted(needed)
+        later: dict[int, list] = {}
+        out = []
+        for i in sorted(needed):
+            f = self.first_use.get(i)
+            if f is not None and f in needed:
+                later.setdefault(f, []).append(i)  # topological among themselves
+            else:
+                out.append(i)
+        res = []
+        for i in out:
+            res.extend(later.get(i, ()))
+            res.append(i)
+        return res
 
 
 # lower(..., anchor=...): 'backward' ties every backward node to its incoming

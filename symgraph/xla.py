@@ -138,7 +138,14 @@ def _program_parts(plan):
     return g, wrt, data, labels
 
 
-def _programs(plan, measures, compute_dtype="float32"):
+def plan_recompute(plan) -> list:
+    """The forward node names a plan recomputes (a budgeted plan's
+    ``recompute`` entries; none for other plans)."""
+    return [r["name"] if isinstance(r, dict) else r
+            for r in getattr(plan, "recompute", None) or ()]
+
+
+def _programs(plan, measures, compute_dtype="float32", recompute=()):
     from .parallel.data_parallel import DeviceSet
     from .symbol import Symbol
     from .train.step import TrainPrograms
@@ -146,7 +153,7 @@ def _programs(plan, measures, compute_dtype="float32"):
     fixed = [n for n in g.list_arguments() if n not in wrt and n not in data + labels]
     progs = TrainPrograms(Symbol(g.outputs), data, labels, wrt, fixed,
                           g.list_auxiliary_states(), DeviceSet(None), compute_dtype,
-                          memory_measures=measures)
+                          memory_measures=measures, recompute=recompute)
     inf = plan.inferred
     # the forward graph's variables are the plan graph's: same inferred shapes
     structs = _structs(plan.graph, inf, {n.name for n in g.variables})
@@ -157,7 +164,7 @@ def _signature(structs: dict, names) -> tuple:
     return tuple((k, tuple(structs[k].shape), str(structs[k].dtype)) for k in names)
 
 
-def training_step(plan, optimizer=None, measures="auto") -> Step:
+def training_step(plan, optimizer=None, measures="auto", recompute=None) -> Step:
     """The training step ``Module.fit`` runs for a training ``Plan``'s net,
     on one device: ``TrainPrograms.fused`` -- forward, the explicit
     backward, the optimizer update (SGD with momentum 0.9 unless
@@ -165,11 +172,15 @@ def training_step(plan, optimizer=None, measures="auto") -> Step:
     optimizer state and aux states donated -- lowered with ``measures``
     ('auto': the rule a Module uses; 'none'; or names). Not a second
     implementation: the same object a Module compiles. Its arguments are
-    ``TRAIN_STEP_ARGS``."""
+    ``TRAIN_STEP_ARGS``. ``recompute``: forward node names computed again
+    in the backward; default: those the plan recomputes (a budgeted
+    plan), as a Module under that budget runs it."""
     from .train import optimizer as opt_mod
     if not plan.train:
         raise XlaError("training_step needs a training plan (plan(..., train=True))")
-    progs, g, structs, wrt, batch, fixed = _programs(plan, measures)
+    if recompute is None:
+        recompute = plan_recompute(plan)
+    progs, g, structs, wrt, batch, fixed = _programs(plan, measures, recompute=recompute)
     bsz = structs[batch[0]].shape[0] if batch else 1
     if optimizer is None:
         name, params = DEFAULT_OPTIMIZER
@@ -187,7 +198,7 @@ def training_step(plan, optimizer=None, measures="auto") -> Step:
     return Step(prog, args, (0, 1, 2), measures_mod.compiler_options(ms),
                 {"program": "Module.fit step", "devices": 1,
                  "backend": jax.default_backend(), "optimizer": optimizer.describe(),
-                 "measures": list(ms)}, jitted=True)
+                 "measures": list(ms), "recompute": len(recompute)}, jitted=True)
 
 
 def inference_step(plan, measures="auto") -> Step:

@@ -167,14 +167,26 @@ class TrainingSplit:
     that starts from the saved tensors (fed by entry key), the variables
     and the head gradients. The fused step lowers ``full``; the split path
     lowers ``forward`` then ``backward``: the same nodes either way.
+
+    ``recompute``: names of forward op nodes to compute again for the
+    backward (``passes.recompute.rewrite``): ``full`` reads their clones,
+    the forward saves only the tensors the clones start from (the
+    checkpoints) and the backward graph holds the clones.
     """
 
-    def __init__(self, graph: Graph, wrt: Sequence[str]):
+    def __init__(self, graph: Graph, wrt: Sequence[str], recompute: Sequence[str] = ()):
+        from .recompute import recompute_of, rewrite
         self.graph = graph
         self.wrt = list(wrt)
         self.num_outputs = len(graph.outputs)
         self.origin: dict[str, str] = {}  # backward node -> its forward node
         self.full, heads = build_gradient_with_heads(graph, self.wrt, self.origin)
+        self.recompute = tuple(recompute)
+        if self.recompute:
+            self.full = rewrite(self.full, self.num_outputs, self.recompute)
+            for n in self.full.nodes:  # a clone runs where its original does
+                if recompute_of(n) is not None:
+                    self.origin[n.name] = recompute_of(n)
         fwd_ids = {id(n) for n in graph.nodes}
         saved: dict[str, Entry] = {}
         for n in self.full.nodes:

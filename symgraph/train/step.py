@@ -180,7 +180,7 @@ class TrainPrograms:
 
     def __init__(self, symbol, data_names, label_names, trainable, fixed, aux,
                  devices: DeviceSet, compute_dtype: str = "float32", loss_scale: float = 1.0,
-                 memory_measures="auto"):
+                 memory_measures="auto", recompute=()):
         self.symbol = symbol
         self.graph: Graph = symbol.graph()
         self.data_names = list(data_names)
@@ -201,6 +201,14 @@ class TrainPrograms:
         self._measures_spec = measures_mod.parse(memory_measures)
         self._cache: dict = {}
         self._reduce = devices.sum_over_devices
+        self.recompute = tuple(recompute or ())
+
+    def set_recompute(self, names) -> None:
+        """Recompute these forward nodes from now on; programs are rebuilt."""
+        names = tuple(names or ())
+        if names != self.recompute:
+            self.recompute = names
+            self._cache = {k: v for k, v in self._cache.items() if k[0] in ("outs", "infer")}
 
     def set_reducer(self, reduce) -> None:
         """How gradients are combined across devices inside the programs
@@ -231,14 +239,15 @@ class TrainPrograms:
         return scale_loss_heads(self.graph, scale_of, loss_op)
 
     def _gradient(self, wrt) -> TrainingSplit:
-        key = ("grad", tuple(wrt))
+        key = ("grad", tuple(wrt), self.recompute)
         if key not in self._cache:
-            self._cache[key] = TrainingSplit(self._train_graph(), list(wrt))
+            self._cache[key] = TrainingSplit(self._train_graph(), list(wrt), self.recompute)
         return self._cache[key]
 
     def measures(self, train: bool) -> tuple:
         """The memory measures the training (or inference) programs use."""
-        return measures_mod.resolve(self._measures_spec, self.graph, train)
+        return measures_mod.resolve(self._measures_spec, self.graph, train,
+                                    recompute=bool(self.recompute))
 
     def _lower(self, graph: Graph, train: bool):
         return measures_mod.lower_measured(graph, train, self.measures(train))

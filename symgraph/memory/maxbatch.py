@@ -21,7 +21,6 @@ fits") has the details.
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 
 from ..errors import PlanError
@@ -29,11 +28,7 @@ from ..errors import PlanError
 # the search stops here: a budget this batch fits says "anything you like"
 DEFAULT_LIMIT = 1 << 20
 
-try:  # the budgeted planner (issue 12, items 1-2)
-    from .budget import BudgetError, parse_budget
-except ImportError:  # pragma: no cover - until the budgeted planner lands
-    BudgetError = None
-    parse_budget = None
+from .budget import OPTIMIZER_STATES, BudgetError, optimizer_bytes, parse_budget
 
 
 @dataclass
@@ -69,39 +64,12 @@ class MaxBatch:
                 "train": bool(self.train), "notes": list(self.notes)}
 
 
-def _budget_error(message: str, budget: int, smallest: int | None):
-    if BudgetError is not None:
-        try:
-            return BudgetError(message, budget=budget, smallest=smallest)
-        except TypeError:
-            return BudgetError(message)
-    return PlanError(message)
-
-
-_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12,
-          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+def _budget_error(message: str, budget: int, smallest: int | None) -> BudgetError:
+    return BudgetError(message, budget=budget, smallest=smallest)
 
 
 def _parse_budget(value) -> int:
-    """Bytes from a budget: the budgeted planner's ``parse_budget`` where it
-    is in; until then bytes or a number with a unit ('16GiB', '6GB')."""
-    if parse_budget is not None:
-        return int(parse_budget(value))
-    import re
-    bad = PlanError(f"bad budget {value!r}: expected bytes or a number with a unit, such "
-                    f"as 16GiB, 512MiB or 6GB")
-    if isinstance(value, bool):
-        raise bad
-    if isinstance(value, (int, float)):
-        n = value
-    else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)\s*", str(value), re.I)
-        if not m or m.group(2).lower() not in _UNITS:
-            raise bad
-        n = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if n != n or n < 1:
-        raise bad
-    return int(n)
+    return parse_budget(value)
 
 
 def _scale_shapes(shapes: dict, batch_axis: int) -> tuple:
@@ -130,41 +98,29 @@ def _scale_shapes(shapes: dict, batch_axis: int) -> tuple:
     return next(iter(given.values())), at
 
 
-def _budgeted_planner() -> bool:
-    """Whether ``plan`` takes a budget (the budgeted planner is in)."""
-    from .pipeline import plan
-    return "budget" in inspect.signature(plan).parameters
-
-
 def optimizer_state_bytes(plan, optimizer) -> int:
     """Bytes of the optimizer's state for a training plan's parameters
-    (SGD 0, momentum 1x, Adam 2x the parameters)."""
+    (``budget.optimizer_bytes``: SGD 0, momentum 1x, Adam 2x the parameters)."""
     if optimizer is None or not plan.train:
         return 0
-    import jax
-
-    from .. import xla
-    opt = _optimizer(optimizer)
-    _, _, structs, wrt, _, _ = xla._programs(plan, "none")
-    total = 0
-    for k in wrt:
-        for s in jax.eval_shape(lambda w, k=k: tuple(opt.create_state(k, w)), structs[k]):
-            total += s.size * s.dtype.itemsize
-    return int(total)
+    return optimizer_bytes(plan.buckets["gradients"], optimizer)
 
 
 def _optimizer(optimizer):
-    """An ``Optimizer`` from a name ('sgd', 'momentum' for SGD with momentum
-    0.9, 'adam', any registered name) or an Optimizer."""
+    """The ``Optimizer`` XLA's check compiles for a name the budget knows
+    ('sgd', 'momentum' and 'nag' with momentum 0.9, 'adam', ...), or the
+    Optimizer given."""
     from ..train import optimizer as opt_mod
     if optimizer is None or isinstance(optimizer, opt_mod.Optimizer):
         return optimizer
     name = str(optimizer).lower()
-    if name == "momentum":
+    if name not in OPTIMIZER_STATES:
+        raise PlanError(f"unknown optimizer {optimizer!r}; choose one of "
+                        + ", ".join(OPTIMIZER_STATES))
+    if name in ("momentum", "nesterov"):
         return opt_mod.create("sgd", momentum=0.9)
-    if name not in opt_mod.Optimizer.opt_registry:
-        raise PlanError(f"unknown optimizer {optimizer!r}; choose momentum or one of "
-                        + ", ".join(sorted(opt_mod.Optimizer.opt_registry)))
+    if name == "nag":
+        return opt_mod.create("nag", momentum=0.9)
     return opt_mod.create(name)
 
 
@@ -177,7 +133,6 @@ class _Planner:
         self.at, self.budget, self.train = at, budget, train
         self.optimizer, self.recompute = optimizer, recompute
         self.kwargs = plan_kwargs
-        self.budgeted = _budgeted_planner()
         self.seen = {}  # batch -> (fits, total or smallest, plan or None)
         self.count = 0
 
@@ -190,30 +145,26 @@ class _Planner:
     def _plan(self, batch: int) -> tuple:
         from .pipeline import plan
         shapes = self.at(batch)
-        if self.budgeted:
-            try:
-                p = plan(self.graph, shapes, train=self.train, budget=self.budget,
-                         optimizer=self.optimizer,
-                         recompute="auto" if self.recompute else None, **self.kwargs)
-            except BudgetError as err:
-                return False, getattr(err, "smallest", None), None
+        if not self.train:  # no backward: nothing to recompute, the plan as it is
+            p = plan(self.graph, shapes, train=False, **self.kwargs)
             return p.total <= self.budget, int(p.total), p
-        # no budgeted planner: the plan as it is, its total ours
-        p = plan(self.graph, shapes, train=self.train, **self.kwargs)
-        total = plan_total(p, self.optimizer)
-        return total <= self.budget, total, p
+        try:
+            p = plan(self.graph, shapes, train=True, budget=self.budget,
+                     optimizer=self.optimizer,
+                     recompute=None if self.recompute else "none", **self.kwargs)
+        except BudgetError as err:
+            if err.smallest is None:
+                raise  # a malformed budget, not one too small
+            return False, int(err.smallest), None
+        return p.total <= self.budget, int(p.total), p
 
 
 def plan_total(plan, optimizer=None) -> int:
-    """Arguments + gradients + aux + optimizer state + internal (the chosen
-    strategy) of a plan: what a budget bounds. A budgeted plan's own
-    ``total`` where it has one."""
-    total = getattr(plan, "total", None)
-    if total is not None:
-        return int(total)
-    b = plan.buckets
-    return int(b["arguments"] + b["gradients"] + b["aux"]
-               + plan.internal[plan.strategy] + optimizer_state_bytes(plan, optimizer))
+    """``plan.total`` (arguments + gradients + aux + optimizer state +
+    internal), with ``optimizer``'s state added where the plan was made
+    without it: what a budget bounds."""
+    extra = 0 if plan.buckets.get("optimizer") else optimizer_state_bytes(plan, optimizer)
+    return int(plan.total) + extra
 
 
 def max_batch(net, shapes: dict, budget, train: bool = True, optimizer=None,
@@ -242,6 +193,9 @@ def max_batch(net, shapes: dict, budget, train: bool = True, optimizer=None,
     optimizer = optimizer if optimizer is None or not isinstance(optimizer, str) \
         else optimizer.lower()
     _optimizer(optimizer)  # an unknown name fails before any planning
+    if optimizer is not None and not train:
+        raise PlanError("max_batch: an optimizer needs train=True (inference keeps no "
+                        "optimizer state)")
     run = _Planner(net, at, budget, train, optimizer, recompute, plan_kwargs)
     from tqdm import tqdm
     import sys

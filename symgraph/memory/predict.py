@@ -55,10 +55,11 @@ def cheap(node) -> bool:
 
 
 def _optimizer_state(plan, optimizer) -> int:
-    from .maxbatch import optimizer_state_bytes
+    from .budget import optimizer_bytes
     if not plan.train:
         return 0
-    return optimizer_state_bytes(plan, "momentum" if optimizer is None else optimizer)
+    return optimizer_bytes(plan.buckets["gradients"], "momentum" if optimizer is None
+                           else optimizer)
 
 
 def _forward_outputs(plan) -> int:

@@ -279,3 +279,73 @@ def test_cli_bad_devices_options(capsys, net_file, argv, message):
                           *argv)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and message in err
+
+
+# -- Module(group2ctxs=...) ---------------------------------------------------------------
+def _module(group2ctxs=None, context=None, **kw):
+    mod = sg.mod.Module(_net(), context=context or sg.cpu(0), group2ctxs=group2ctxs, **kw)
+    mod.bind([sg.io.DataDesc("data", SHAPES["data"], "float64")],
+             [sg.io.DataDesc("softmax_label", SHAPES["softmax_label"], "float64")])
+    mod.init_params(sg.init.Xavier(), seed=3)
+    mod.init_optimizer(optimizer="sgd", optimizer_params={"learning_rate": 0.1,
+                                                          "momentum": 0.9, "wd": 1e-3})
+    return mod
+
+
+def _batches(n=3):
+    rng = np.random.default_rng(5)
+    return [sg.io.DataBatch([rng.standard_normal(SHAPES["data"])],
+                            [rng.integers(0, 5, SHAPES["softmax_label"]).astype(np.float64)])
+            for _ in range(n)]
+
+
+def test_module_group2ctxs_equals_one_device():
+    one, two = _module(), _module({"stage1": sg.cpu(1), "stage2": sg.cpu(2)})
+    for b in _batches():  # the fused step (what fit runs) ...
+        one.train_step(b)
+        two.train_step(b)
+        np.testing.assert_allclose(two.get_outputs()[0].asnumpy(),
+                                   one.get_outputs()[0].asnumpy(), rtol=1e-10)
+    for b in _batches(2):  # ... and forward / backward / update apart
+        for m in (one, two):
+            m.forward(b, is_train=True)
+            m.backward()
+        for k, g in one.get_grads().items():
+            np.testing.assert_allclose(two.get_grads()[k].asnumpy(), g.asnumpy(), rtol=1e-10,
+                                       atol=1e-13, err_msg=k)
+        one.update()
+        two.update()
+    (a1, x1), (a2, x2) = one.get_params(), two.get_params()
+    for k in a1:
+        assert a2[k].dtype == np.float64
+        np.testing.assert_allclose(a2[k].asnumpy(), a1[k].asnumpy(), rtol=1e-10, atol=1e-13,
+                                   err_msg=k)
+    for k in x1:  # moving statistics
+        np.testing.assert_allclose(x2[k].asnumpy(), x1[k].asnumpy(), rtol=1e-10, err_msg=k)
+    # parameters, optimizer states and aux states on their group's device
+    dev = {"conv1_weight": 1, "bn1_gamma": 1, "fc_weight": 2, "fc_bias": 2}
+    for k, d in dev.items():
+        assert two._params[k].devices() == {sg.cpu(d).jax_device}
+        for s in two._opt_states[k]:
+            assert s.devices() == {sg.cpu(d).jax_device}
+    assert two._aux["bn1_moving_var"].devices() == {sg.cpu(1).jax_device}
+    b = _batches(1)[0]
+    one.forward(b, is_train=False)
+    two.forward(b, is_train=False)
+    np.testing.assert_allclose(two.get_outputs()[0].asnumpy(), one.get_outputs()[0].asnumpy(),
+                               rtol=1e-10)
+
+
+def test_module_group2ctxs_bad_input():
+    net = sg.sym.SoftmaxOutput(sg.sym.FullyConnected(sg.sym.Variable("data"), num_hidden=3,
+                                                     name="fc"), name="softmax")
+    with pytest.raises(PlacementError, match="which no node .* attributes: none"):
+        sg.mod.Module(net, group2ctxs={"dev1": [sg.cpu(1)]})
+    with pytest.raises(PlacementError, match="group 'stage7', which no node"):
+        sg.mod.Module(_net(), group2ctxs={"stage1": sg.cpu(1), "stage7": sg.cpu(2)})
+    with pytest.raises(ContextError, match="cpu\\(42\\) does not exist"):
+        sg.mod.Module(_net(), group2ctxs={"stage1": sg.cpu(1), "stage2": sg.cpu(42)})
+    with pytest.raises(ContextError, match="worker groups .* are not built"):
+        sg.mod.Module(_net(), context=[sg.cpu(0), sg.cpu(3)],
+                      group2ctxs=[{"stage1": sg.cpu(1), "stage2": sg.cpu(2)},
+                                  {"stage1": sg.cpu(4), "stage2": sg.cpu(5)}])

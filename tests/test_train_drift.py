@@ -127,7 +127,6 @@ def bound(net=None, devices=1, **kw):
 def test_mxnet_arguments_symgraph_does_not_implement_are_refused_by_name():
     net = softmax_net()
     for kw, fragment in [({"state_names": ["h0"]}, "set_states"),
-                         ({"group2ctxs": {"dev1": [sg.cpu(1)]}}, "model parallel"),
                          ({"compression_params": {"type": "2bit"}}, "uncompressed")]:
         (name, value), = kw.items()
         fails(lambda: sg.mod.Module(net, **kw), TrainError, f"{name}={value!r}",

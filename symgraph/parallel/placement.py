@@ -28,6 +28,8 @@ from ..passes.place import COPY_OP, GROUP_KEY, PlacementError, Placement, check_
 
 def parse_context(value) -> Context:
     """A Context from a Context, ``'cpu:1'``, ``'cpu(1)'`` or ``'gpu1'``."""
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]  # MXNet's group2ctxs may give a list of one device per group
     if isinstance(value, Context):
         return value
     if isinstance(value, str):
@@ -161,21 +163,13 @@ class StagedProgram:
                 for e in self.outputs], aux
 
 
-def placed_programs(graph: Graph, kind: str, wrt: list, group2ctx: dict, default: Context,
-                    measures) -> tuple:
-    """The Executor's programs for ``kind`` ('infer' or 'train') placed by
-    ``group2ctx``: (program,) for inference and training without gradients,
-    else (forward, backward, saved keys, heads, placement) as the one-device
-    path's ``TrainingSplit`` gives them."""
-    train = kind != "infer"
-    if not train or not wrt:
-        pl = place(graph, group2ctx, default)
-        feeds = {n.name for n in pl.graph.variables}
-        return (StagedProgram(pl, pl.graph.outputs, feeds, train, measures), pl)
-    split = TrainingSplit(graph, wrt)
+def placed_split(split: TrainingSplit, group2ctx: dict, default) -> tuple:
+    """(placement of ``split.full``, saved): ``saved`` maps the entry key of
+    each forward tensor of the placed graph that a backward node reads to
+    its entry (as ``TrainingSplit.saved``, copies included)."""
     pl = place(split.full, group2ctx, default, split.origin)
-    g, n_out = pl.graph, split.num_outputs
-    fwd_ids = {id(n) for n in Graph(g.outputs[:n_out]).nodes}
+    g = pl.graph
+    fwd_ids = {id(n) for n in Graph(g.outputs[:split.num_outputs]).nodes}
     saved: dict = {}
     for n in g.nodes:
         if id(n) in fwd_ids or n.op is None:
@@ -183,6 +177,23 @@ def placed_programs(graph: Graph, kind: str, wrt: list, group2ctx: dict, default
         for e in n.inputs:
             if id(e.node) in fwd_ids and e.node.op is not None:
                 saved.setdefault(entry_key(e), e)
+    return pl, saved
+
+
+def placed_programs(graph: Graph, kind: str, wrt: list, group2ctx: dict, default: Context,
+                    measures) -> tuple:
+    """The Executor's programs for ``kind`` ('infer' or 'train') placed by
+    ``group2ctx``: (program, placement) for inference and training without
+    gradients, else (forward, backward, saved keys, heads, placement) as the
+    one-device path's ``TrainingSplit`` gives them."""
+    train = kind != "infer"
+    if not train or not wrt:
+        pl = place(graph, group2ctx, default)
+        feeds = {n.name for n in pl.graph.variables}
+        return (StagedProgram(pl, pl.graph.outputs, feeds, train, measures), pl)
+    split = TrainingSplit(graph, wrt)
+    pl, saved = placed_split(split, group2ctx, default)
+    g, n_out = pl.graph, split.num_outputs
     variables = {n.name for n in g.variables}
     fwd = StagedProgram(pl, list(g.outputs[:n_out]) + list(saved.values()), variables,
                         True, measures)
@@ -202,4 +213,4 @@ def variable_devices(graph: Graph, wrt: list, group2ctx: dict, default: Context)
 
 
 __all__ = ["GROUP_KEY", "StagedProgram", "parse_context", "parse_group2ctx_arg",
-           "placed_programs", "resolve_group2ctx", "variable_devices"]
+           "placed_programs", "placed_split", "resolve_group2ctx", "variable_devices"]

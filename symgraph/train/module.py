@@ -131,16 +131,17 @@ class Module:
         _refuse_given("state_names", state_names,
                       "Module has no states set by set_states(); feed such arrays with the "
                       "batch (data_names) or keep them as fixed_param_names")
-        _refuse_given("group2ctxs", group2ctxs,
-                      "model parallel (parts of the net placed on other devices) is not built "
-                      "yet; context=[...] runs data parallel over its devices")
         _refuse_given("compression_params", compression_params,
                       "gradients are summed over the devices inside the compiled step, "
                       "uncompressed")
         if work_load_list is not None and len(set(work_load_list)) > 1:
             raise BindError("uneven work_load_list is not supported: data parallel splits "
                             "every batch evenly over the devices")
-        self._devices = DeviceSet(context)
+        if group2ctxs is not None:  # model parallel (parallel/model_parallel.py)
+            from ..parallel.model_parallel import PlacedDevices
+            self._devices = PlacedDevices(symbol, group2ctxs, context)
+        else:
+            self._devices = DeviceSet(context)
         self._context = self._devices.contexts
         if work_load_list is not None and len(work_load_list) != len(self._context):
             raise BindError(f"work_load_list has {len(work_load_list)} entries for "
@@ -290,10 +291,11 @@ class Module:
         self.inputs_need_grad = bool(inputs_need_grad)
         trainable = self._trainable
         fixed = [n for n in self._param_names if n not in trainable]
-        self._programs = TrainPrograms(self.symbol, self._data_names, self._label_names,
-                                       trainable, fixed, self._aux_names, self._devices,
-                                       self._compute_dtype, self._loss_scale,
-                                       self._memory_measures)
+        programs = getattr(self._devices, "train_programs", TrainPrograms)
+        self._programs = programs(self.symbol, self._data_names, self._label_names,
+                                  trainable, fixed, self._aux_names, self._devices,
+                                  self._compute_dtype, self._loss_scale,
+                                  self._memory_measures)
         was_bound = self.binded
         self.binded = True
         if self.params_initialized and was_bound:

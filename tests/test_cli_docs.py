@@ -13,12 +13,12 @@ import pytest
 from helpers import ROOT, load_script
 DOC = os.path.join(ROOT, "docs", "cli.md")
 OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z])\b")
-HEADING = re.compile(r"^#{2,3} `symgraph ([a-z0-9 ]+)`\s*$", re.M)
+HEADING = re.compile(r"^#{2,3} `symgraph ([a-z0-9 -]+)`\s*$", re.M)
 
 
-COMMANDS = ("plan", "viz", "zoo", "bench memory", "bench train", "bench planner",
+COMMANDS = ("plan", "max-batch", "viz", "zoo", "bench memory", "bench train", "bench planner",
             "bench io", "im2rec")
-COMMAND_LINE = re.compile(r"^\$? ?symgraph (bench [a-z]+|[a-z0-9]+)\b(.*)$")
+COMMAND_LINE = re.compile(r"^\$? ?symgraph (bench [a-z]+|[a-z0-9-]+)\b(.*)$")
 
 
 def documented_options():
@@ -58,7 +58,7 @@ def test_every_command_has_a_section():
     assert headed == set(COMMANDS) | {"bench"}
 
 
-@pytest.mark.parametrize("command", ["plan", "viz", "zoo", "bench memory", "bench train",
+@pytest.mark.parametrize("command", ["plan", "max-batch", "viz", "zoo", "bench memory", "bench train",
                                      "bench io", "im2rec"])
 def test_documented_options_exist_and_every_option_is_documented(command):
     documented = documented_options()[command]

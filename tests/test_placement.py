@@ -349,3 +349,12 @@ def test_module_group2ctxs_bad_input():
         sg.mod.Module(_net(), context=[sg.cpu(0), sg.cpu(3)],
                       group2ctxs=[{"stage1": sg.cpu(1), "stage2": sg.cpu(2)},
                                   {"stage1": sg.cpu(4), "stage2": sg.cpu(5)}])
+
+
+def test_example_trains_placed_like_one_device(capsys):
+    from helpers import load_script
+    ex = load_script("examples", "model_parallel.py")
+    assert ex.main(["--steps", "2", "--batch-size", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "largest parameter difference, two devices vs one: 0\n" in out
+    assert "conv0_weight       on [1]" in out and "fc2_weight         on [2]" in out

@@ -427,3 +427,19 @@ def test_cli_budget_report_and_json(capsys, chain_file):
     for w in ("optimizer", "budget", "total is", "recompute (solver):",
               f"{len(p.recompute)} forward tensors", "of the step's"):
         assert w in out
+
+
+def test_solver_is_never_costlier_than_mirror_or_sqrt():
+    net, shapes = convnet(units=4)
+    full = sg.plan(net, shapes, train=True)
+    low = smallest_total(net, shapes)
+    for k in range(8):
+        b = full.total - (full.total - low) * k // 7
+        solver = sg.plan(net, shapes, train=True, budget=b)
+        for alg in ("mirror", "sqrt"):
+            try:
+                other = sg.plan(net, shapes, train=True, budget=b, recompute=alg)
+            except B.BudgetError as err:
+                assert err.smallest > b and err.smallest >= low
+                continue
+            assert solver.extra_flops <= other.extra_flops

@@ -333,9 +333,12 @@ class Problem:
         the closing checkpoint) in order of extra FLOPs per byte dropped,
         the lower convex hull of each segment's three choices."""
         moves = []
-        for si, (inner, _close) in enumerate(self.segments()):
+        for si, (inner, close) in enumerate(self.segments()):
             levels = [(0, 0, [])]
-            cheap = [n.name for n in inner if self.cheap(n)]
+            # cheap: as mirror, the closing node too when it is cheap (the
+            # checkpoint moves back to the last expensive op's output)
+            cheap = [n.name for n in inner + ([close] if close is not None else [])
+                     if self.cheap(n) and n.name in self.cand_names]
             every = [n.name for n in inner]
             for names in (cheap, every):
                 b = sum(self.bytes[x] for x in names)
@@ -426,27 +429,39 @@ def candidate_sets(problem: Problem, algorithm: str, budgeted: bool) -> list:
     if algorithm == "mirror":
         sets += problem.mirror_sets()
     elif algorithm == "sqrt":
-        k = problem.sqrt_k()
-        sets.append((f"sqrt k={k}", problem.checkpoint_set(problem.even_checkpoints(k))))
-        if budgeted:
-            total = sum(problem.bytes[n.name] for n in problem.candidates) or 1
-            for j in range(1, 9):
-                t = total / 2 ** j
-                sets.append((f"sqrt greedy {t:.0f}",
-                             problem.checkpoint_set(problem.greedy_checkpoints(t))))
+        sets += _sqrt_sets(problem, budgeted)
     elif algorithm == "solver":
         for names in _spread_ladder(problem, problem.segment_ladder(), LADDER_POINTS):
             sets.append(("solver segments", names))
-        # fewer checkpoints than articulation points: Chen's sets around sqrt(n)
-        s, arts = problem.sqrt_k(), len(problem.articulation)
-        ks = {arts // 2, 2 * s, round(1.5 * s), s, round(s / 2), round(s / 3)}
-        for k in sorted((k for k in ks if 1 <= k < arts), reverse=True):
-            sets.append((f"solver k={k}", problem.checkpoint_set(problem.even_checkpoints(k))))
-        sets += problem.mirror_sets()[:1]
+        # fewer checkpoints than articulation points: half of them evenly
+        # spaced, then Chen's sets; with mirror's, the solver's frontier is
+        # at or below the other two algorithms' at every budget
+        arts = len(problem.articulation)
+        if arts >= 4:
+            sets.append((f"solver k={arts // 2}",
+                         problem.checkpoint_set(problem.even_checkpoints(arts // 2))))
+        sets += _sqrt_sets(problem, True)
+        sets += problem.mirror_sets()
         sets.append(("all", [n.name for n in problem.candidates]))
     else:
         raise PlanError(f"unknown recompute algorithm {algorithm!r}; choose one of "
                         f"{', '.join(ALGORITHMS)}")
+    return sets
+
+
+GREEDY_POINTS = 7
+
+
+def _sqrt_sets(problem: Problem, budgeted: bool) -> list:
+    """Chen's sqrt(n) set; with a budget also the greedy variant at
+    thresholds of 1/4 .. 1/2^8 of the recomputable bytes."""
+    k = problem.sqrt_k()
+    sets = [(f"sqrt k={k}", problem.checkpoint_set(problem.even_checkpoints(k)))]
+    if budgeted:
+        total = sum(problem.bytes[n.name] for n in problem.candidates) or 1
+        for j in range(2, GREEDY_POINTS + 2):
+            sets.append((f"sqrt greedy 1/{2 ** j}",
+                         problem.checkpoint_set(problem.greedy_checkpoints(total / 2 ** j))))
     return sets
 
 

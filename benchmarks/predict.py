@@ -68,14 +68,43 @@ def predicted(name: str, batch: int, train: bool) -> dict:
             "buckets": dict(p.buckets), "predicted": pr.total, "parts": pr.parts}
 
 
-def rss_figure(name: str, batch: int, mode: str, measures) -> dict:
-    """benchmarks/xla_rss.py's measurement in a fresh process, plus the
-    resident bytes of the program's arguments (already resident there)."""
+def rss_here(name: str, batch: int, mode: str) -> dict:
+    """In this process: the program's arguments (resident before the run)
+    plus how far the peak resident set rose during its first run
+    (``benchmarks/xla_rss.py``'s measurement, the default measures)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import xla_rss
+    from symgraph import xla
+    from symgraph.memory import plan
+    from symgraph.models import data_shapes, get_model
+    p = plan(get_model(name), data_shapes(name, batch), train=mode == "train", name=name)
+    step = xla.plan_step(p)
+    rng = np.random.default_rng(0)
+    args = jax.tree_util.tree_map(
+        lambda s: jnp.asarray(rng.uniform(0.1, 1.0, s.shape).astype(s.dtype))
+        if jnp.issubdtype(s.dtype, jnp.floating) else jnp.zeros(s.shape, s.dtype),
+        step.args[:-1]) + (step.args[-1],)  # the last argument is the random key
+    compiled = step.lower().compile(step.compiler_options or None)
+    m = xla.analysis_dict(compiled)
+    before = xla_rss._status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak (VmHWM) starts again from the current resident set
+    jax.block_until_ready(compiled(*args))
+    rise = xla_rss._status("VmHWM") - before
+    return {"xla_footprint": xla.footprint(m), "rss_rise": rise,
+            "resident": m["argument"] + rise}
+
+
+def rss_figure(name: str, batch: int, mode: str) -> dict:
+    """``rss_here`` in a fresh process, so no run sees another's pages."""
     import subprocess
     here = os.path.dirname(os.path.abspath(__file__))
-    code = ("import json, sys; sys.path.insert(0, %r); import xla_rss; "
-            "print(json.dumps(xla_rss.measure_here(%r, %d, %r, %r)))"
-            % (here, name, batch, mode, tuple(measures)))
+    code = ("import json, sys; sys.path.insert(0, %r); sys.path.insert(0, %r); "
+            "import predict; print(json.dumps(predict.rss_here(%r, %d, %r)))"
+            % (here, os.path.dirname(here), name, batch, mode))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -105,12 +134,14 @@ def markdown(rows: list, rss: list, env: dict, command: str) -> str:
     if rss:
         out += ["", "## Against the resident memory of a fresh run", "",
                 "*resident*: the program's arguments (resident before the run) plus how far "
-                "the peak resident set rose during the first run (`benchmarks/xla_rss.py`).",
-                "", "| net | mode | batch | predicted | resident | error |",
-                "|---|---|--:|--:|--:|--:|"]
+                "the peak resident set rose during its first run, in a fresh process "
+                "(`benchmarks/xla_rss.py`'s measurement).",
+                "", "| net | mode | batch | predicted | XLA | resident | error |",
+                "|---|---|--:|--:|--:|--:|--:|"]
         for r in rss:
             out.append(f"| {r['net']} | {r['mode']} | {r['batch']} "
-                       f"| {r['predicted'] / MIB:,.0f} | {r['resident'] / MIB:,.0f} "
+                       f"| {r['predicted'] / MIB:,.0f} | {r['xla_footprint'] / MIB:,.0f} "
+                       f"| {r['resident'] / MIB:,.0f} "
                        f"| {100 * r['error']:+.1f}% |")
     return "\n".join(out) + "\n"
 
@@ -158,7 +189,7 @@ def main(argv=None) -> int:
     rss = []
     for item in filter(None, args.rss.split(",")):
         name, _, mode = item.partition(":")
-        m = rss_figure(name, args.rss_batch, mode, ())
+        m = rss_figure(name, args.rss_batch, mode)
         pr = predicted(name, args.rss_batch, mode == "train")
         rss.append({"net": name, "mode": mode, "batch": args.rss_batch, **m,
                     "predicted": pr["predicted"], "resident": m["resident"],

@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "mod": "symgraph.train.module",
     "module": "symgraph.train.module",
-    "io": "symgraph.train.io",
+    "io": "symgraph.io",
     "optimizer": "symgraph.train.optimizer",
     "lr_scheduler": "symgraph.train.lr_scheduler",
     "init": "symgraph.train.initializer",

@@ -19,27 +19,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
-
-from ..errors import SymgraphError
 
 # bench name -> (module of this package with main(argv), one-line help)
 SCRIPTS = {"planner": ("planner", "time sg.plan on random DAGs, chains and ResNet-152"),
            "train": ("train", "symgraph's training step beside a hand-written JAX step"),
            "io": ("io", "images/s of ImageRecordIter beside Pillow and MXNet; data wait in "
                         "training")}
-RESULTS_ROOT = "bench-results"
-
-
-class BenchError(SymgraphError):
-    """A benchmark that cannot run here."""
-
-
-def default_out(name: str, quick: bool = False) -> str:
-    """Where a benchmark writes without ``--out``: ``bench-results/NAME``
-    (``NAME-quick``) under the current folder -- never the committed
-    results, which only an explicit ``--out`` replaces."""
-    return os.path.join(RESULTS_ROOT, f"{name}-quick" if quick else name)
 
 
 def add_arguments(parser) -> None:

@@ -36,7 +36,7 @@ import time
 
 import numpy as np
 
-from . import default_out
+from .common import default_out
 
 MEAN = (123.68, 116.78, 103.94)
 STD = (58.4, 57.1, 57.4)
@@ -163,7 +163,7 @@ def mxnet_rate(python: str, path: str, threads: int) -> float:
     out = subprocess.run([python, "-c", MXNET_SCRIPT, path, str(threads)], capture_output=True,
                          text=True, check=False, env=env)
     if out.returncode:
-        from . import BenchError
+        from .common import BenchError
         raise BenchError(f"MXNet's ImageRecordIter failed: "
                          f"{(out.stderr.strip().splitlines() or ['no output'])[-1][:200]}")
     return json.loads(out.stdout.strip().splitlines()[-1])["images_per_s"]

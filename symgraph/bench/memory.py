@@ -37,8 +37,8 @@ import os
 import platform
 import time
 
-from ..errors import SymgraphError
 from ..util import atomic_write_text
+from .common import BenchError
 
 DEFAULT_NETS = ("alexnet", "vgg16", "googlenet", "inception-bn", "inception-v3", "resnet-50",
                 "resnet-152")
@@ -48,10 +48,6 @@ QUICK_NETS = ("mlp", "resnet-cifar-20")
 QUICK_BATCHES = (4,)
 MODES = ("train", "infer")
 MIB = 2 ** 20
-
-
-class BenchError(SymgraphError):
-    """Bad benchmark arguments or an unreadable MXNet results file."""
 
 
 # --------------------------------------------------------------------------
@@ -132,7 +128,7 @@ def run(args) -> int:
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise BenchError(f"--modes: unknown mode {bad[0]!r}; use train, infer or both")
-    from . import default_out
+    from .common import default_out
     out = args.out or default_out("memory", args.quick)
     mxnet_path = args.mxnet or os.path.join(out, "mxnet.json")
     mxnet = load_mxnet(mxnet_path, required=bool(args.mxnet))

@@ -27,7 +27,7 @@ import random
 import sys
 import time
 
-from . import default_out
+from .common import default_out
 
 
 def _parse_sizes(text: str) -> list:

@@ -59,7 +59,7 @@ import symgraph as sg
 
 from ..cli import UsageError
 from ..util import atomic_open, atomic_write_text
-from . import default_out
+from .common import default_out
 
 SIMULATED_DEVICES = 8  # CPU devices asked for, enough for the default grid
 CLASSES = 10

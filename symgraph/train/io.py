@@ -498,11 +498,3 @@ class ResizeIter(DataIter):
     @property
     def provide_label(self):
         return self.data_iter.provide_label
-
-
-def __getattr__(name):
-    # ImageRecordIter (train/image.py) loads the image libraries: only on use
-    if name == "ImageRecordIter":
-        from .image import ImageRecordIter
-        return ImageRecordIter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

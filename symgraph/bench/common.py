@@ -1,0 +1,21 @@
+"""What every benchmark shares: where results go by default and the error
+a benchmark that cannot run raises. Kept apart from the ``symgraph bench``
+command (``bench/__init__.py``), which imports the benchmarks."""
+from __future__ import annotations
+
+import os
+
+from ..errors import SymgraphError
+
+RESULTS_ROOT = "bench-results"
+
+
+class BenchError(SymgraphError):
+    """A benchmark that cannot run here."""
+
+
+def default_out(name: str, quick: bool = False) -> str:
+    """Where a benchmark writes without ``--out``: ``bench-results/NAME``
+    (``NAME-quick``) under the current folder -- never the committed
+    results, which only an explicit ``--out`` replaces."""
+    return os.path.join(RESULTS_ROOT, f"{name}-quick" if quick else name)

@@ -290,6 +290,23 @@ def training_graph(graph: Graph) -> Graph:
     return prune(build_gradient(graph, wrt))
 
 
+def placed_graph(graph: Graph, group2ctx: dict, train: bool = False) -> Graph:
+    """The graph (with its backward part when ``train``) placed by
+    ``group2ctx``: the copies between devices are nodes of it."""
+    from .memory import default_wrt
+    from .memory.devices import default_device
+    from .parallel.placement import resolve_group2ctx
+    from .passes import prune
+    from .passes.gradient import build_gradient_with_heads
+    from .passes.place import place
+    g2c = resolve_group2ctx(graph, group2ctx, check_devices=False)
+    origin: dict = {}
+    if train:
+        training_graph(graph)  # the same checks
+        graph = prune(build_gradient_with_heads(graph, default_wrt(graph), origin)[0])
+    return place(graph, g2c, default_device(g2c), origin).graph
+
+
 def _forward_mask(graph: Graph, num_forward_outputs: int) -> list[bool]:
     """Nodes the first ``num_forward_outputs`` outputs depend on."""
     mask = [False] * len(graph.nodes)
@@ -383,7 +400,7 @@ def _block_keys(graph: Graph, drawn: list[bool], collapse: str | None) -> list:
 def plot(net, shape: dict | None = None, plan=None, train: bool = False, *,
          strategy: str | None = None, hide_params: bool = True, rankdir: str = "TB",
          node_range=None, collapse: str | None = None, title: str | None = None,
-         node_attrs: dict | None = None):
+         node_attrs: dict | None = None, group2ctx: dict | None = None):
     """A ``graphviz.Digraph`` of ``net`` (a Symbol or a Graph).
 
     shape: input shapes (``{'data': (64, 3, 224, 224)}``); edges are then
@@ -408,6 +425,9 @@ def plot(net, shape: dict | None = None, plan=None, train: bool = False, *,
         same match (its first group if it has one) is drawn as one block,
         e.g. ``r'stage\\d+_unit\\d+'`` for ResNet units.
     node_attrs: Graphviz attributes for every node (e.g. ``{'fontsize': '12'}``).
+    group2ctx: ctx_group name -> device: draw the placed graph, with the
+        ``_CrossDeviceCopy`` node of every edge between devices (with
+        ``plan``, the placed graph's plan, copies planned too).
     """
     import graphviz
 
@@ -424,13 +444,18 @@ def plot(net, shape: dict | None = None, plan=None, train: bool = False, *,
     if plan is not None and plan is not False:
         if plan is True:
             from . import memory
-            pl = memory.plan(graph, shape or {}, train=train, strategy=strategy or "arena")
+            pl = memory.plan(graph, shape or {}, train=train, strategy=strategy or "arena",
+                             group2ctx=group2ctx)
+            if group2ctx is not None:
+                pl = pl.devices.whole  # the placed graph planned as one schedule
         else:
             pl = plan
         pv = plan_view(pl, strategy or pl.strategy)
         graph, inferred, train, n_fwd = pl.graph, pl.inferred, pl.train, pl.num_forward_outputs
     else:
-        if train:
+        if group2ctx is not None:
+            graph = placed_graph(graph, group2ctx, train)
+        elif train:
             graph = training_graph(graph)
         inferred = _infer(graph, shape)
 
@@ -837,6 +862,9 @@ def add_arguments(parser) -> None:
                              "match (its first group, if any) as one block, e.g. "
                              "'stage\\d+_unit\\d+' for ResNet units")
     parser.add_argument("--title", help="graph name (default: the output node's name)")
+    parser.add_argument("--group2ctx", metavar="GROUP=DEV,...", default=None,
+                        help="draw the net placed by ctx_group, e.g. stage1=cpu:1,stage2=cpu:2, "
+                             "with a _CrossDeviceCopy node on every edge between devices")
 
 
 def load_net(path):
@@ -857,10 +885,15 @@ def run(args) -> int:
     if args.plan and not shape:
         raise VizError("--plan needs the input shapes: add --shape NAME=DIMS, e.g. "
                        "--shape data=64,3,224,224")
+    group2ctx = None
+    if args.group2ctx is not None:
+        from .parallel.placement import parse_group2ctx_arg
+        group2ctx = parse_group2ctx_arg(args.group2ctx)
     net = load_net(args.net)
     dot = plot(net, shape=shape or None, plan=True if args.plan else None, train=args.train,
                strategy=args.strategy, hide_params=args.hide_params, rankdir=args.rankdir,
-               node_range=args.node_range, collapse=args.collapse, title=args.title)
+               node_range=args.node_range, collapse=args.collapse, title=args.title,
+               group2ctx=group2ctx)
     render(dot, out)
     print(f"wrote {out}")
     return 0

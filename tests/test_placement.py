@@ -358,3 +358,18 @@ def test_example_trains_placed_like_one_device(capsys):
     out = capsys.readouterr().out
     assert "largest parameter difference, two devices vs one: 0\n" in out
     assert "conv0_weight       on [1]" in out and "fc2_weight         on [2]" in out
+
+
+def test_viz_draws_the_copies(tmp_path, net_file, capsys):
+    pytest.importorskip("graphviz")
+    dot = sg.viz.plot(_net(), SHAPES, train=True, group2ctx=G2C).source
+    # the forward copy into stage2 and its gradient's copy back into stage1
+    assert dot.count("_CrossDeviceCopy") == 2
+    assert "relu1_copy_to_dev" in dot and "fc_backward_copy_to_dev" in dot
+    plan_dot = sg.viz.plot(_net(), SHAPES, plan=True, train=True, group2ctx=G2C).source
+    assert plan_dot.count("_CrossDeviceCopy") == 2
+    from symgraph.cli import main
+    out = str(tmp_path / "placed.dot")
+    assert main(["viz", net_file, "--train", "--group2ctx", "stage1=cpu:1,stage2=cpu:2",
+                 "-o", out]) == 0
+    assert open(out).read().count("_CrossDeviceCopy") == 2

@@ -53,8 +53,7 @@ def main(argv=None) -> int:
     kv = sg.kv.create("dist_sync") if distributed.settings_from_env() else sg.kv.create("local")
     rank, workers = kv.rank, kv.num_workers
     if args.fail_rank == rank:
-        print(f"rank {rank} fails on purpose", flush=True)
-        return 3
+        raise RuntimeError(f"rank {rank} fails on purpose")
     if args.hang_rank == rank:
         import time
         print(f"rank {rank} hangs on purpose", flush=True)
@@ -75,7 +74,10 @@ def main(argv=None) -> int:
                                  part_index=rank, num_parts=workers)
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    prefix = args.prefix or os.path.join(tempfile.mkdtemp(prefix="train_dist"), "mlp")
+    # one folder for every process of a run: rank 0 writes, all read
+    run_id = os.environ.get(distributed.ENV_COORDINATOR, str(os.getpid())).replace(":", "_")
+    prefix = args.prefix or os.path.join(tempfile.gettempdir(), f"train_dist-{run_id}", "mlp")
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
     opt = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}
     mod = sg.mod.Module(net(sg), context=ctx)
     mod.fit(data_iter(), kvstore=kv, optimizer="sgd", optimizer_params=opt,

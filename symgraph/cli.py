@@ -25,6 +25,8 @@ SUBCOMMANDS = {
     "zoo": ("symgraph.models.cli", "write a model-zoo network as symbol JSON"),
     "bench": ("symgraph.bench", "run the memory / planner / training benchmarks"),
     "im2rec": ("symgraph.im2rec", "make image lists and pack them into record files"),
+    "launch": ("symgraph.parallel.launch", "start N local processes of a command for "
+               "multi-process training"),
 }
 
 

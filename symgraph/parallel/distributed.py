@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 from ..errors import SymgraphError
 
@@ -37,6 +38,10 @@ ENV_PORT = "SYMGRAPH_PORT"
 DEFAULT_SLURM_PORT = 12321
 # how long process 0 waits for the others to connect (jax's default is 300 s)
 INIT_TIMEOUT_S = 120
+# a process that ends waits this long for the others at JAX's shutdown
+# barrier (jax: 300 s); a dead process is noticed after HEARTBEAT_S (jax: 100)
+SHUTDOWN_TIMEOUT_S = 30
+HEARTBEAT_S = 30
 
 
 class DistributedError(SymgraphError):
@@ -139,6 +144,8 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
             "jax.distributed must start before JAX does: call sg.kv.create('dist_sync') "
             "(or symgraph.parallel.distributed.initialize()) at the top of the script, "
             "before creating any Module or array")
+    if settings["process_id"] == 0:
+        _check_port_free(settings["coordinator"])
     try:  # gloo is the default in jax 0.10; set it so an older default cannot hang
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     except (AttributeError, ValueError):  # pragma: no cover - option renamed or gone
@@ -146,8 +153,45 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     jax.distributed.initialize(coordinator_address=settings["coordinator"],
                                num_processes=settings["num_processes"],
                                process_id=settings["process_id"],
-                               initialization_timeout=int(timeout_s))
+                               initialization_timeout=int(timeout_s),
+                               heartbeat_timeout_seconds=HEARTBEAT_S,
+                               shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S)
+    if settings["num_processes"] > 1:
+        _exit_on_uncaught_exception()
     return settings
+
+
+def _check_port_free(coordinator: str) -> None:
+    """Process 0 serves the coordinator on its port (all interfaces): a
+    port in use aborts the whole process inside JAX, so say so first."""
+    import errno
+    import socket
+    port = int(coordinator.rpartition(":")[2])
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise DistributedError(f"coordinator port {port} is in use; process 0 serves "
+                                       f"the coordinator there: pick a free port") from None
+
+
+def _exit_on_uncaught_exception() -> None:
+    """An uncaught exception ends this process at once (exit 1) after its
+    traceback: at a normal exit JAX waits for the others at a shutdown
+    barrier they never reach while they wait for this one in a collective
+    (jax#38503), so the run would hang instead of failing."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        try:
+            previous(kind, value, tb)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(1)
+
+    sys.excepthook = hook
 
 
 def is_writer() -> bool:

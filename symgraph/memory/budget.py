@@ -199,6 +199,7 @@ class Problem:
         self.cand_names = {n.name for n in self.candidates}
         self.articulation = self._articulation()
         self._cache: dict = {}
+        self._finish: dict = {}
 
     # -- structure ------------------------------------------------------------------
     def cheap(self, node) -> bool:
@@ -260,11 +261,27 @@ class Problem:
             if hit is not None:
                 self._cache[names] = hit
                 return hit
-        internal = internal_bytes(r, rinf, [r.entry_id(e) for e in r.outputs[self.n_fwd:]],
-                                  **self.opts)
+        internal, finish = internal_bytes(
+            r, rinf, [r.entry_id(e) for e in r.outputs[self.n_fwd:]], lazy=True, **self.opts)
         p = Point(kept, sum(self.flops[n] for n in kept), internal, source)
         self._cache[names] = self._cache[kept] = p
+        if finish is not None:
+            self._finish[kept] = finish
         return p
+
+    def exact(self, p: Point) -> Point:
+        """``p`` with the arena's figure as ``plan_graph`` gives it: the
+        'both' plan's slots when those take less (``evaluate`` leaves that
+        check for the points that make the frontier: it costs as much as
+        the arena)."""
+        finish = self._finish.pop(p.names, None)
+        if finish is None:
+            return p
+        q = Point(p.names, p.extra_flops, finish(), p.source)
+        for k, v in list(self._cache.items()):
+            if v is p:
+                self._cache[k] = q
+        return q
 
     # -- candidate sets ----------------------------------------------------------------
     def mirror_sets(self) -> list:
@@ -489,7 +506,10 @@ def frontier(problem: Problem, algorithm: str, budgeted: bool = True) -> list:
         return hit
     pts = [problem.evaluate(names, label)
            for label, names in candidate_sets(problem, algorithm, budgeted)]
-    front = pareto(pts)
+    # the frontier of the arena's own figures, then of the exact ones (a
+    # point whose 'both' fallback would have put it on the frontier is lost,
+    # never a wrong figure kept)
+    front = pareto(problem.exact(p) for p in pareto(pts))
     _FRONTIERS[key] = front
     while len(_FRONTIERS) > CACHE_SIZE:
         _FRONTIERS.popitem(last=False)
@@ -516,7 +536,7 @@ def choose(problem: Problem, algorithm: str, budget: int | None, fixed: int) -> 
             return frontier(problem, algorithm, budgeted=False)[-1]
         # the algorithm's own set as it is, even where it saves nothing
         # (mirror on an MLP: a ReLU's input is kept for its clone instead)
-        own = [problem.evaluate(names, label)
+        own = [problem.exact(problem.evaluate(names, label))
                for label, names in candidate_sets(problem, algorithm, False)[1:]]
         return min(own, key=lambda p: (p.internal, p.extra_flops))
     front = frontier(problem, algorithm, budgeted=True)
@@ -536,9 +556,11 @@ def fmt_bytes(b: int) -> str:
 
 # -- the strategies' figure, as plan_graph computes it ----------------------------------
 def internal_bytes(g: Graph, inf: Inferred, external, *, strategy="arena", fuse=True,
-                   schedule="dfs", match_range=16, parallel_safe=True) -> int:
+                   schedule="dfs", match_range=16, parallel_safe=True, lazy=False):
     """The internal bytes ``plan_graph`` reports for ``strategy`` (the same
-    passes, without the other strategies and the verification)."""
+    passes, without the other strategies and the verification). ``lazy``:
+    (the arena's own figure, a function giving the exact one -- the 'both'
+    plan's when smaller, as ``arena_plan``'s fallback -- or None)."""
     from ..passes.fuse import fuse as fuse_pass, no_fusion
     from ..passes.schedule import schedule as schedule_pass
     from . import arena as arena_mod, planner
@@ -546,20 +568,27 @@ def internal_bytes(g: Graph, inf: Inferred, external, *, strategy="arena", fuse=
     fusion = fuse_pass(g) if fuse else no_fusion(g)
     steps = schedule_pass(g, fusion, schedule, nbytes=lambda eid: entry_nbytes(inf, eid))
     live = analyze(g, inf, fusion, steps, external)
+    def both():
+        return planner.pool_plan(live, "both", inplace=True, match_range=match_range,
+                                 parallel_safe=parallel_safe).total
+
     if strategy == "naive":
-        return planner.naive(live).total
-    if strategy == "inplace":
-        return planner.pool_plan(live, "inplace", inplace=True, match_range=0,
-                                 parallel_safe=parallel_safe).total
-    if strategy == "coshare":
-        return planner.pool_plan(live, "coshare", inplace=False, match_range=match_range,
-                                 parallel_safe=parallel_safe).total
-    both = planner.pool_plan(live, "both", inplace=True, match_range=match_range,
-                             parallel_safe=parallel_safe)
-    if strategy == "both":
-        return both.total
-    lb, _, _ = planner.lower_bound(live)
-    return arena_mod.arena_plan(live, lb, fallback=both).total
+        total = planner.naive(live).total
+    elif strategy == "inplace":
+        total = planner.pool_plan(live, "inplace", inplace=True, match_range=0,
+                                  parallel_safe=parallel_safe).total
+    elif strategy == "coshare":
+        total = planner.pool_plan(live, "coshare", inplace=False, match_range=match_range,
+                                  parallel_safe=parallel_safe).total
+    elif strategy == "both":
+        total = both()
+    else:
+        lb, _, _ = planner.lower_bound(live)
+        raw = arena_mod.arena_plan(live, lb).total
+        if lazy:
+            return raw, lambda: min(raw, both())
+        return min(raw, both())
+    return (total, None) if lazy else total
 
 
 def recompute_rows(problem: Problem, names) -> list:

@@ -104,6 +104,29 @@ def test_channel_last_op_is_the_channel_first_op_transposed(opname, attrs, shape
         np.testing.assert_allclose(g_last, want, rtol=1e-10, atol=1e-12, err_msg=name)
 
 
+def test_weight_layout_reads_the_weight_as_it_is():
+    rng = np.random.default_rng(2)
+    x, w, b = rng.normal(size=(2, 3, 7, 6)), rng.normal(size=(4, 3, 3, 2)), rng.normal(size=4)
+
+    def conv(x, w, **attrs):
+        return sg.nd.Convolution(sg.nd.array(x, dtype="float64"),
+                                 sg.nd.array(w, dtype="float64"),
+                                 sg.nd.array(b, dtype="float64"), kernel=(3, 2), num_filter=4,
+                                 pad=(1, 0), **attrs).asnumpy()
+
+    want = conv(x, w)
+    np.testing.assert_allclose(_to_first(conv(_to_last(x), w, layout="NHWC",
+                                              weight_layout="OIHW")), want, rtol=1e-12)
+    np.testing.assert_allclose(conv(x, _to_last(w), weight_layout="OHWI"), want, rtol=1e-12)
+    d = sg.sym.Variable("data")
+    arg, _, _ = sg.sym.Convolution(d, kernel=(3, 2), num_filter=4, layout="NHWC",
+                                   weight_layout="OIHW").infer_shape(data=(2, 7, 6, 3))
+    assert arg[1] == (4, 3, 3, 2)
+    with pytest.raises(ShapeError, match="weight_layout=OIHW does not fit a 1-D kernel"):
+        sg.sym.Convolution(d, kernel=(3,), num_filter=2, weight_layout="OIHW").infer_shape(
+            data=(1, 4, 3))
+
+
 def test_layout_errors_name_the_fix():
     x = sg.sym.Variable("data")
     with pytest.raises(ShapeError, match="layout=NHWC does not fit a 1-D kernel"):
@@ -153,15 +176,15 @@ def test_rewrite_runs_channels_last_with_few_transposes():
     assert node["b1"].params.axis == 3 and node["cat"].params.dim == 3
     assert node["add"].inputs[1].node is node["r1"]  # r1 stays channels-last
     transposes = [n for n in g2.nodes if n.op is not None and n.op.name == "transpose"]
-    # data in; each weight; out to broadcast_mul and to the concat output
-    assert sorted(n.name for n in transposes) == [
-        "c1_weight_to_nhwc", "c2_weight_to_nhwc", "c3_weight_to_nhwc", "cat_to_nc",
-        "data_to_nhwc"]
+    # data in; out to broadcast_mul and to the concat output (one transpose
+    # serves both); the weights are read as they are
+    assert sorted(n.name for n in transposes) == ["cat_to_nc", "data_to_nhwc"]
+    assert all(node[c].params.weight_layout == "OIHW" for c in ("c1", "c2", "c3"))
     for t in transposes:  # no transpose reads another: the pairs cancelled
         assert t.inputs[0].node.op is None or t.inputs[0].node.op.name != "transpose"
     assert node["bc"].inputs[0].node.name == "cat_to_nc"
     assert Counter(n.op.name for n in g2.nodes if n.op is not None) - \
-        Counter(n.op.name for n in g.nodes if n.op is not None) == Counter(transpose=5)
+        Counter(n.op.name for n in g.nodes if n.op is not None) == Counter(transpose=2)
     assert g2.list_arguments() == g.list_arguments()
     assert g2.list_auxiliary_states() == g.list_auxiliary_states()
 
@@ -192,9 +215,50 @@ def test_planner_sees_the_transposes():
     plan = sg.plan(g2, SHAPES, train=True, execute=True)
     assert plan.verified and plan.arena_checked
     names = {n.name for n in plan.graph.nodes}
-    assert {"data_to_nhwc", "cat_to_nc", "c1_weight_to_nhwc"} <= names
-    # the transposes' gradients are planned too (their backward is a transpose)
-    assert sum(n.op is not None and n.op.name == "transpose" for n in plan.graph.nodes) > 5
+    assert {"data_to_nhwc", "cat_to_nc"} <= names
+    # the transposes' gradients are planned too (their backward is a
+    # transpose): the concat output's; the data gets no gradient
+    assert sorted(n.name for n in plan.graph.nodes if n.op is not None and
+                  n.op.name == "transpose") == ["cat_to_nc", "cat_to_nc_backward", "data_to_nhwc"]
+
+
+def test_training_graph_backward_follows_its_forward():
+    g = Graph(_net().outputs)
+    inf, vals = _values(g, SHAPES, seed=5)
+    wrt = [n for n in g.list_arguments() if n not in ("out_label",)]
+    gg = build_gradient(g, wrt)
+    rng = np.random.default_rng(6)
+    heads = {e.node.output_names()[e.index] + "_head_grad": rng.normal(size=inf.shape(e))
+             for e in g.outputs}
+    heads = {k: v for k, v in heads.items() if k in {n.name for n in gg.variables}}
+    shapes = {**SHAPES, **{k: v.shape for k, v in heads.items()}}
+    g2 = to_channels_last(gg, shapes)
+    node = {n.name: n for n in g2.nodes}
+    bwd = [n for n in g2.nodes if n.op is not None and n.op.forward is not None and
+           n.op.forward.name in ("Convolution", "Pooling", "BatchNorm", "Concat")]
+    assert len(bwd) == 7  # c1, c2, c3, b1, p1, cat and gp (which stays channel-first)
+    for n in bwd:  # every backward node runs in its forward node's layout
+        fwd = node[n.name.replace("_backward", "")]
+        assert n.params.get("layout") == fwd.params.get("layout"), n.name
+        assert n.params.get("axis") == fwd.params.get("axis"), n.name
+    # transposes: data in and the concat out, as in the forward graph; the
+    # concat output's gradient (its head gradient plus broadcast_mul's) in,
+    # the data's gradient out
+    transposes = sorted(n.name for n in g2.nodes if n.op is not None and
+                        n.op.name == "transpose")
+    assert transposes == ["c1_backward_to_nc", "cat_grad_sum_to_nhwc", "cat_to_nc",
+                          "data_to_nhwc"]
+    feeds = {**vals, **heads}
+    a, aux = jax.jit(lower(gg, True))(feeds, jax.random.key(0))
+    b, aux2 = jax.jit(lower(g2, True))(feeds, jax.random.key(0))
+    for name, x, y in zip(gg.list_outputs(), a, b):
+        np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-10, atol=1e-11,
+                                   err_msg=name)
+    for k in aux:
+        np.testing.assert_allclose(aux2[k], aux[k], rtol=1e-12, err_msg=k)
+    # a fed node stays as it is: its value is given channel-first
+    kept = to_channels_last(gg, shapes, keep={"c1"})
+    assert {n.name: n for n in kept.nodes}["c1"].params.layout is None
 
 
 def test_graph_already_channels_last_or_without_windows_is_kept():

@@ -122,6 +122,7 @@ def register_backward(fwd: OpDef, *, reads_inputs=None, reads_outputs=(),
         shape_inputs=(lambda p: list(range(len(rg(p)), len(rg(p)) + len(ri(p)))))
         if inputs_for_shape_only else (),
         category=category or fwd.category, flops=flops, family=fwd.family, forward=fwd,
+        backward_io=lambda p: (rg(p), ri(p), ro(p), [i for i, m in enumerate(need(p)) if m]),
         channels_last=channels_last and node_lowering(channels_last),
         doc=f"Gradient of {fwd.name}; inputs are exactly what it reads."))
 

@@ -135,6 +135,27 @@ def channel_first_layout_attr(v):
 channel_first_layout_attr.choices = ("None", *_LAYOUTS.values())
 
 
+_WEIGHT_LAYOUTS = {1: ("OIW", "OWI"), 2: ("OIHW", "OHWI"), 3: ("OIDHW", "ODHWI")}
+
+
+def weight_layout_attr(v):
+    """None (MXNet's: the data layout's) or a convolution weight layout."""
+    v = None if v in (None, "None", "") else str(v)
+    known = [w for pair in _WEIGHT_LAYOUTS.values() for w in pair]
+    if v is not None and v not in known:
+        raise ValueError(f"expected None or one of {', '.join(known)}, got {v!r}")
+    return v
+
+
+weight_layout_attr.choices = ("None", *[w for pair in _WEIGHT_LAYOUTS.values() for w in pair])
+
+
+def _weight_channels_last(p) -> bool:
+    """Whether a convolution's weight is (O, *kernel, I): MXNet's for a
+    channel-last layout, unless ``weight_layout`` says otherwise."""
+    return p.weight_layout.endswith("I") if p.weight_layout else is_channels_last(p)
+
+
 def is_channels_last(p) -> bool:
     """Whether a node's ``layout`` attribute holds the channels last."""
     return p.get("layout") in CHANNELS_LAST.values()
@@ -184,6 +205,9 @@ def _per_dim(p, name: str, default: int, n: int, minimum: int) -> tuple:
 def _conv_geometry(p):
     """(rank, stride, pad, dilate) of a Convolution or Deconvolution."""
     n = _spatial_rank(p, len(p.kernel))
+    if p.get("weight_layout") and p.weight_layout not in _WEIGHT_LAYOUTS[n]:
+        raise ShapeError(f"weight_layout={p.weight_layout} does not fit a {n}-D kernel "
+                         f"{tuple(p.kernel)}; use {' or '.join(_WEIGHT_LAYOUTS[n])}")
     if any(k < 1 for k in p.kernel):
         raise ShapeError(f"kernel={tuple(p.kernel)}: every entry must be >= 1")
     return (n, _per_dim(p, "stride", 1, n, 1), _per_dim(p, "pad", 0, n, 0),
@@ -230,6 +254,9 @@ CONV_ATTRS = {
     "no_bias": Attr(bool_attr, False),
     "layout": Attr(layout_attr, None, "NCW, NCHW, NCDHW (default) or channel-last NWC, NHWC, "
                                       "NDHWC (weight then (num_filter, *kernel, C/num_group))"),
+    "weight_layout": Attr(weight_layout_attr, None,
+                          "symgraph's: the weight's layout when not the data layout's "
+                          "(OIHW with layout=NHWC: passes/layout.py keeps weights as they are)"),
 }
 
 
@@ -260,7 +287,8 @@ def _conv_shape(p, s):
             raise ShapeError(f"kernel {tuple(p.kernel)} (dilated size {dk}) is larger than "
                              f"the padded input ({padded}) along spatial axis {i}")
         out.append((padded - dk) // stride[i] + 1)
-    want = [s[0], _in_layout((p.num_filter, data[1] // p.num_group, *p.kernel), p)]
+    w = (p.num_filter, data[1] // p.num_group, *p.kernel)
+    want = [s[0], _nhwc_order(w) if _weight_channels_last(p) else w]
     want += [] if p.no_bias else [(p.num_filter,)]
     return want, [_in_layout((data[0], p.num_filter, *out), p)]
 
@@ -268,8 +296,11 @@ def _conv_shape(p, s):
 def _conv_nobias(p, x, w):
     n, stride, pad, dilate = _conv_geometry(p)
     dn = None
-    if is_channels_last(p):  # MXNet's channel-last weight is (O, *kernel, I)
-        dn = (p.layout, "O" + p.layout[1:-1] + "I", p.layout)
+    if is_channels_last(p) or p.weight_layout:
+        data = p.layout or _LAYOUTS[n]
+        spatial = data[2:] if data[1] == "C" else data[1:-1]
+        weight = ("O" + spatial + "I") if _weight_channels_last(p) else ("OI" + spatial)
+        dn = (data, weight, data)
     return lax.conv_general_dilated(x, w, stride, [(q, q) for q in pad], rhs_dilation=dilate,
                                     feature_group_count=p.num_group, dimension_numbers=dn)
 
@@ -413,7 +444,8 @@ def _deconv_flops(p, ins, outs):
 
 _deconv = register(OpDef(
     name="Deconvolution",
-    attrs={**CONV_ATTRS, "no_bias": Attr(bool_attr, True),
+    attrs={**{k: v for k, v in CONV_ATTRS.items() if k != "weight_layout"},
+           "no_bias": Attr(bool_attr, True),
            "layout": Attr(channel_first_layout_attr, None,
                           "only channel-first (NCW, NCHW, NCDHW)"),
            "adj": Attr(shape_attr, (), "extra rows/cols at the high end, default 0"),

@@ -251,6 +251,11 @@ class OpDef:
         ``ctx.linear_grads``, which the ``wgrad_chunks`` measure sums over
         batch slices; the lowering sets ``ctx.wgrad_chunks`` for it only.
     forward: a backward op's forward op (``register_backward`` sets it).
+    backward_io(p) -> (ograds, ins, outs, grads): for a backward op, the
+        forward output indices whose gradients it reads, the forward input
+        and output indices it reads (its inputs, in that order), and the
+        forward argument indices whose gradients it writes (its outputs);
+        ``register_backward`` sets it (the layout pass reads it).
     """
 
     name: str
@@ -274,6 +279,7 @@ class OpDef:
     anchor_weights: bool = False
     split_wgrad: bool = False
     forward: OpDef | None = None
+    backward_io: Callable | None = None
     samples: Sequence[Sample] = ()
     doc: str = ""
     aliases: Sequence[str] = ()

@@ -203,7 +203,7 @@ def _run_split(net, shapes, args) -> int:
                   name=os.path.splitext(os.path.basename(args.net))[0])
     if args.split_out is not None:
         from ..serialize import save
-        save(sp.symbol(), args.split_out)  # atomic
+        save(sp.graph(), args.split_out)  # atomic
     if args.json:
         print(json.dumps({"net": p.net, "shapes": {k: list(v) for k, v in p.shapes.items()},
                           "split": sp.to_json(), "devices": sp.devices.to_json()}))

@@ -265,10 +265,10 @@ class Split:
     evaluations: int
     forward: Graph | None = None
 
-    def symbol(self):
-        """The forward net with the proposed ``__ctx_group__`` attributes."""
-        from ..symbol import Symbol
-        return Symbol(forward_groups_graph(self.forward, self.groups).outputs)
+    def graph(self) -> Graph:
+        """The forward net with the proposed ``__ctx_group__`` attributes (a
+        Graph: memory sits below the Symbol API, ``Symbol(g.outputs)`` wraps it)."""
+        return forward_groups_graph(self.forward, self.groups)
 
     @property
     def cut_after(self) -> list:

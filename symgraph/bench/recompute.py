@@ -1,0 +1,383 @@
+"""Recompute to a memory budget: memory against step time, per algorithm.
+
+    symgraph bench recompute [--nets resnet-50,resnet-152,vgg16,inception-v3]
+        [--batch 32] [--fractions 1,0.75,0.5,0.35,0.25]
+        [--algorithms mirror,sqrt,solver] [--time-batch B] [--steps 2] [--rounds 2]
+        [--no-time] [--no-checkpoint] [--mxnet MXNET.json] [--out DIR] [--quick]
+
+For each zoo net at ``--batch``: the training plan without recompute gives
+the internal bytes I0 and the rest of the total (arguments, gradients, aux
+states) R. A budget of fraction f is ``R + f * I0``. For each algorithm
+and fraction, ``sg.plan(..., budget=, recompute=ALG)`` picks the recompute
+set (or says nothing fits); the program ``Module.fit`` runs with that set
+is compiled (not run) and XLA's footprint read from ``memory_analysis()``
+(temp + argument + output - alias). Step times come from running the same
+programs at ``--time-batch`` (default: ``--batch``), interleaved in rounds
+in one process, best round kept, as ratios to the step without recompute.
+
+Beside them, in the same run: the hand-written plain-JAX net
+(``bench/handwritten.py``; VGG-16, ResNet-50, ResNet-152) with
+``jax.checkpoint`` per block under each policy (``nothing_saveable``,
+``checkpoint_dots``, ``dots_with_no_batch_dims_saveable``) and without, the
+same two figures; and MXNet 1.9.1's mirror (``MXNET_BACKWARD_DO_MIRROR``)
+from ``benchmarks/results/memory/mxnet.json`` (MXNet's storage blocks for
+operator outputs, MiB, training at that batch), where it has the net.
+
+Writes ``results.json``, ``results.md`` and ``frontier.png`` atomically
+under ``--out``, by default ``./bench-results/recompute`` under the current
+folder (``recompute-quick`` with ``--quick``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+
+from .common import BenchError, default_out
+
+NETS = ("resnet-50", "resnet-152", "vgg16", "inception-v3")
+FRACTIONS = (1.0, 0.75, 0.5, 0.35, 0.25)
+MIB = 2 ** 20
+
+
+def _floats(text: str) -> list:
+    try:
+        vals = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        vals = []
+    if not vals or any(not 0 < v <= 1 for v in vals):
+        raise ValueError(f"expected fractions in (0, 1] like 1,0.5, got {text!r}")
+    return vals
+
+
+def parse_args(argv):
+    from ..cli import _Parser
+    from ..memory.budget import ALGORITHMS
+    p = _Parser(prog="symgraph bench recompute", description=__doc__.strip().split("\n\n")[0])
+    p.add_argument("--nets", help=f"comma-separated zoo names (default {','.join(NETS)})")
+    p.add_argument("--batch", type=int, help="batch of the memory figures (default 32)")
+    p.add_argument("--image", type=int, help="image height and width (default: the net's own)")
+    p.add_argument("--fractions", help="budgets as fractions of the no-recompute internal "
+                   "bytes (default 1,0.75,0.5,0.35,0.25)")
+    p.add_argument("--algorithms", help=f"comma-separated (default {','.join(ALGORITHMS)})")
+    p.add_argument("--time-batch", type=int, help="batch of the step timings (default: --batch)")
+    p.add_argument("--steps", type=int, default=2, help="steps per timing (default 2)")
+    p.add_argument("--rounds", type=int, default=2, help="timing rounds, best kept (default 2)")
+    p.add_argument("--no-time", action="store_true", help="memory figures only")
+    p.add_argument("--no-checkpoint", action="store_true",
+                   help="skip the hand-written net's jax.checkpoint policies")
+    p.add_argument("--mxnet", help="MXNet's figures (default: "
+                   "benchmarks/results/memory/mxnet.json in a checkout, if there)")
+    p.add_argument("--out", help="results folder (default ./bench-results/recompute, with "
+                   "--quick ./bench-results/recompute-quick, under the current folder)")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke test: resnet-cifar-20 at batch 4, 32x32, fractions 1,0.5")
+    args = p.parse_args(argv)
+    try:
+        args.fractions = _floats(args.fractions) if args.fractions else \
+            ([1.0, 0.5] if args.quick else list(FRACTIONS))
+    except ValueError as err:
+        p.error(f"--fractions: {err}")
+    args.nets = (args.nets.split(",") if args.nets else
+                 ["resnet-cifar-20"] if args.quick else list(NETS))
+    args.algorithms = args.algorithms.split(",") if args.algorithms else list(ALGORITHMS)
+    bad = [a for a in args.algorithms if a not in ALGORITHMS]
+    if bad:
+        p.error(f"--algorithms: unknown {bad[0]!r}; choose from {', '.join(ALGORITHMS)}")
+    if args.batch is None:
+        args.batch = 4 if args.quick else 32
+    if args.time_batch is None:
+        args.time_batch = args.batch
+    if min(args.batch, args.time_batch, args.steps, args.rounds) < 1:
+        p.error("--batch, --time-batch, --steps and --rounds must be at least 1")
+    if args.out is None:
+        args.out = default_out("recompute", args.quick)
+    if args.mxnet is None:
+        here = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))), "benchmarks", "results", "memory", "mxnet.json")
+        args.mxnet = here if os.path.exists(here) else None
+    return args
+
+
+# -- programs ---------------------------------------------------------------------
+def _shapes(name: str, batch: int, image: int | None) -> dict:
+    from ..models import data_shapes
+    shapes = data_shapes(name, batch)
+    if image:
+        shapes = {k: (v[:2] + (image, image) if len(v) == 4 else v) for k, v in shapes.items()}
+    return shapes
+
+
+def _footprint(step) -> dict:
+    from .. import xla
+    m = xla.memory(step)
+    if m is None:
+        return {"temp": None, "footprint": None}
+    return {"temp": m["temp"], "footprint": xla.footprint(m)}
+
+
+def _concrete(tree, seed=0):
+    """Arrays for a step's ShapeDtypeStruct arguments (small random floats)."""
+    import jax
+    import jax.numpy as jnp
+    key = [jax.random.key(seed)]
+
+    def make(x):
+        if not isinstance(x, jax.ShapeDtypeStruct):
+            return x
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            key[0], k = jax.random.split(key[0])
+            return (jax.random.normal(k, x.shape, jnp.float32) * 0.05).astype(x.dtype)
+        if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return jax.random.key(seed)
+        return jnp.zeros(x.shape, x.dtype)
+    return jax.tree.map(make, tree)
+
+
+class Runner:
+    """A compiled step and its arguments, run ``steps`` times with the
+    donated arguments fed back from the outputs."""
+
+    def __init__(self, step, feed):
+        import jax
+        self.fn = step.jit()
+        args = list(_concrete(step.args))
+        if step.args and isinstance(step.args[-1], jax.Array):
+            args[-1] = step.args[-1]
+        self.args, self.feed = args, feed
+        self.run(1)  # compiles
+
+    def run(self, steps: int) -> float:
+        import jax
+        t = time.perf_counter()
+        for _ in range(steps):
+            out = self.fn(*self.args)
+            self.args = self.feed(self.args, out)
+        jax.block_until_ready(self.args)
+        return time.perf_counter() - t
+
+
+def _feed_module(args, out):  # (params, states, aux, outs) for donated (0, 1, 2)
+    return [out[0], out[1], out[2], *args[3:]]
+
+
+def _feed_handwritten(args, out):  # (loss, params, mom, state) for donated (0, 1)
+    return [out[1], out[2], out[3], *args[3:]]
+
+
+def symgraph_step(net, shapes, names):
+    """The Module's training step for ``net`` with ``names`` recomputed."""
+    from .. import xla
+    from ..memory import plan
+    p = plan(net, shapes, train=True, verify=False)
+    return xla.training_step(p, recompute=list(names))
+
+
+# -- one net ----------------------------------------------------------------------
+def measure_net(name: str, args, bar=None) -> dict:
+    import symgraph as sg
+    from ..memory.budget import BudgetError
+    net = sg.models.get_model(name)
+    shapes = _shapes(name, args.batch, args.image)
+    base = sg.plan(net, shapes, train=True)
+    internal0 = base.internal["arena"]
+    rest = base.total - internal0
+    row = {"net": name, "batch": args.batch, "shapes": {k: list(v) for k, v in shapes.items()},
+           "internal0": internal0, "rest": rest, "points": [], "checkpoint": []}
+    sets: dict[tuple, dict] = {(): {"names": [], "plan_total": base.total, "extra_flops": 0,
+                                    "step_flops": None}}
+    for alg in args.algorithms:
+        for f in args.fractions:
+            budget = int(rest + f * internal0)
+            t = time.perf_counter()
+            try:
+                p = sg.plan(net, shapes, train=True, budget=budget, recompute=alg)
+            except BudgetError as err:
+                row["points"].append({"algorithm": alg, "fraction": f, "budget": budget,
+                                      "fits": False, "smallest": err.smallest,
+                                      "plan_s": round(time.perf_counter() - t, 3)})
+                continue
+            names = tuple(sorted(r["name"] for r in p.recompute))
+            sets.setdefault(names, {"names": list(names), "plan_total": p.total,
+                                    "extra_flops": p.extra_flops, "step_flops": p.step_flops})
+            row["points"].append({"algorithm": alg, "fraction": f, "budget": budget,
+                                  "fits": True, "set": names, "plan_total": p.total,
+                                  "internal": p.internal["arena"], "recomputed": len(names),
+                                  "extra_flops_share": p.extra_flops / max(p.step_flops, 1),
+                                  "plan_s": round(time.perf_counter() - t, 3)})
+    if bar is not None:
+        bar.set_postfix_str(f"{name}: compiling {len(sets)} programs")
+    runners = {}
+    for names, info in sets.items():
+        info.update(_footprint(symgraph_step(net, shapes, names)))
+        if not args.no_time:
+            tshapes = _shapes(name, args.time_batch, args.image)
+            step = (symgraph_step(net, tshapes, names) if args.time_batch != args.batch
+                    else symgraph_step(net, shapes, names))
+            runners[("symgraph", names)] = Runner(step, _feed_module)
+    hw = None
+    if not args.no_checkpoint:
+        from . import handwritten as hwmod
+        if name in hwmod.NETS:
+            hw = {}
+            size = shapes["data"][-1]
+            for policy in (None, *hwmod.REMAT_POLICIES):
+                step = hwmod.step(name, args.batch, size, scheduler=True, remat=policy)
+                hw[policy or "none"] = _footprint(step)
+                if not args.no_time:
+                    tstep = hwmod.step(name, args.time_batch, size, scheduler=True,
+                                       remat=policy)
+                    runners[("jax", policy or "none")] = Runner(tstep, _feed_handwritten)
+    times = {}
+    for _ in range(args.rounds):  # interleaved: the machine's drift hits every program alike
+        for k, r in runners.items():
+            dt = r.run(args.steps) / args.steps
+            times[k] = min(times.get(k, dt), dt)
+    t0 = times.get(("symgraph", ()))
+    for p in row["points"]:
+        if p["fits"]:
+            info = sets[p.pop("set")]
+            p["xla_footprint"] = info["footprint"]
+            p["xla_temp"] = info["temp"]
+            dt = times.get(("symgraph", tuple(info["names"])))
+            p["step_s"] = dt
+            p["step_ratio"] = dt / t0 if dt and t0 else None
+    row["no_recompute"] = {"plan_total": base.total, "xla_footprint": sets[()]["footprint"],
+                           "xla_temp": sets[()]["temp"], "step_s": t0}
+    if hw is not None:
+        h0 = times.get(("jax", "none"))
+        for policy, fig in hw.items():
+            dt = times.get(("jax", policy))
+            row["checkpoint"].append({"policy": policy, "xla_footprint": fig["footprint"],
+                                      "xla_temp": fig["temp"], "step_s": dt,
+                                      "step_ratio_to_plain_jax": dt / h0 if dt and h0 else None,
+                                      "step_ratio_to_symgraph": dt / t0 if dt and t0 else None})
+    return row
+
+
+def _mxnet(args, name, batch):
+    if not args.mxnet:
+        return None
+    from .memory import load_mxnet
+    mx = load_mxnet(args.mxnet)
+    r = mx and mx["rows"].get((name, batch, "train"))
+    if not r or "mirror" not in r:
+        return None
+    return {"both_mib": r.get("both"), "mirror_mib": r["mirror"],
+            "what": "MXNet's storage blocks for operator outputs (internal), MiB"}
+
+
+# -- output -----------------------------------------------------------------------
+def _mib(b):
+    return "-" if b is None else f"{b / MIB:,.0f}"
+
+
+def _ratio(x):
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def markdown(res: dict) -> str:
+    lines = ["# Recompute to a memory budget", "",
+             f"`symgraph bench recompute {res['argv']}` on {res['machine']}, {res['date']}, "
+             f"jax {res['jax']}.", "",
+             "Budget = rest + fraction x I0 (I0: the no-recompute plan's internal bytes; "
+             "rest: arguments, gradients, aux). Footprint: XLA's memory_analysis() of the "
+             "program `Module.fit` runs with the plan's recompute set (temp + argument + "
+             "output - alias), compiled at the batch shown. Step: time per step against the "
+             "step without recompute, same run, interleaved.", ""]
+    for row in res["rows"]:
+        nr = row["no_recompute"]
+        lines += [f"## {row['net']}, batch {row['batch']}", "",
+                  f"No recompute: plan total {_mib(nr['plan_total'])} MiB (internal "
+                  f"{_mib(row['internal0'])}), XLA footprint {_mib(nr['xla_footprint'])} MiB "
+                  f"(temp {_mib(nr['xla_temp'])}).", "",
+                  "| algorithm | fraction | budget MiB | plan total MiB | XLA footprint MiB "
+                  "| XLA temp MiB | recomputed | extra FLOPs | step |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for p in row["points"]:
+            if not p["fits"]:
+                lines.append(f"| {p['algorithm']} | {p['fraction']:.2f} | {_mib(p['budget'])} "
+                             f"| does not fit (smallest {_mib(p['smallest'])}) | | | | | |")
+                continue
+            lines.append(f"| {p['algorithm']} | {p['fraction']:.2f} | {_mib(p['budget'])} | "
+                         f"{_mib(p['plan_total'])} | {_mib(p['xla_footprint'])} | "
+                         f"{_mib(p['xla_temp'])} | {p['recomputed']} | "
+                         f"{p['extra_flops_share'] * 100:.1f}% | {_ratio(p['step_ratio'])} |")
+        if row["checkpoint"]:
+            lines += ["", "Hand-written plain-JAX net, jax.checkpoint per block:", "",
+                      "| policy | XLA footprint MiB | XLA temp MiB | step vs plain JAX "
+                      "| step vs symgraph |", "|---|---:|---:|---:|---:|"]
+            for c in row["checkpoint"]:
+                lines.append(f"| {c['policy']} | {_mib(c['xla_footprint'])} | "
+                             f"{_mib(c['xla_temp'])} | {_ratio(c['step_ratio_to_plain_jax'])} "
+                             f"| {_ratio(c['step_ratio_to_symgraph'])} |")
+        if row.get("mxnet"):
+            m = row["mxnet"]
+            lines += ["", f"MXNet 1.9.1 (its own planner, storage for operator outputs): "
+                      f"{m['both_mib']} MiB without mirror, {m['mirror_mib']} MiB with "
+                      f"MXNET_BACKWARD_DO_MIRROR=1."]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def chart(res: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..util import atomic_open
+    rows = res["rows"]
+    fig, axes = plt.subplots(1, len(rows), figsize=(5 * len(rows), 4), squeeze=False)
+    for ax, row in zip(axes[0], rows):
+        base = row["no_recompute"]["xla_footprint"] or 1
+        for alg in sorted({p["algorithm"] for p in row["points"]}):
+            pts = [(p["xla_footprint"] / base, p["step_ratio"]) for p in row["points"]
+                   if p["algorithm"] == alg and p["fits"] and p.get("step_ratio")
+                   and p["xla_footprint"]]
+            if pts:
+                ax.plot(*zip(*sorted(pts)), "o-", label=f"symgraph {alg}")
+        ck = [(c["xla_footprint"] / base, c["step_ratio_to_symgraph"]) for c in row["checkpoint"]
+              if c["xla_footprint"] and c["step_ratio_to_symgraph"]]
+        for (x, y), c in zip(ck, row["checkpoint"]):
+            ax.plot([x], [y], "s", label=f"jax {c['policy']}")
+        ax.set_title(f"{row['net']} batch {row['batch']}")
+        ax.set_xlabel("XLA footprint / no recompute")
+        ax.set_ylabel("step time / no recompute")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    import jax
+    from tqdm import tqdm
+
+    from ..util import atomic_write_text
+    res = {"argv": " ".join(argv or []), "machine": f"{platform.machine()}, "
+           f"{os.cpu_count()} cores, {jax.default_backend()}", "jax": jax.__version__,
+           "date": time.strftime("%Y-%m-%d", time.gmtime()), "rows": []}
+    with tqdm(args.nets, desc="bench recompute", unit="net", file=sys.stderr) as bar:
+        for name in bar:
+            row = measure_net(name, args, bar)
+            row["mxnet"] = _mxnet(args, name, args.batch)
+            res["rows"].append(row)
+    if not res["rows"]:
+        raise BenchError("bench recompute: no net measured")
+    os.makedirs(args.out, exist_ok=True)
+    atomic_write_text(os.path.join(args.out, "results.json"),
+                      json.dumps(res, indent=1, default=str) + "\n")
+    atomic_write_text(os.path.join(args.out, "results.md"), markdown(res))
+    chart(res, os.path.join(args.out, "frontier.png"))
+    print(markdown(res))
+    print(f"wrote {args.out}/results.json, results.md and frontier.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -24,7 +24,9 @@ import importlib
 SCRIPTS = {"planner": ("planner", "time sg.plan on random DAGs, chains and ResNet-152"),
            "train": ("train", "symgraph's training step beside a hand-written JAX step"),
            "io": ("io", "images/s of ImageRecordIter beside Pillow and MXNet; data wait in "
-                        "training")}
+                        "training"),
+           "recompute": ("recompute", "memory against step time under budgets, per recompute "
+                                      "algorithm, beside jax.checkpoint and MXNet's mirror")}
 
 
 def add_arguments(parser) -> None:
@@ -53,7 +55,7 @@ def run(args) -> int:
     if args.bench in SCRIPTS:
         return script_main(SCRIPTS[args.bench][0])(list(args.args))
     from ..cli import UsageError
-    raise UsageError("symgraph bench: choose memory, planner, train or io")
+    raise UsageError("symgraph bench: choose memory, planner, train, io or recompute")
 
 
 def script_main(name: str):

@@ -45,6 +45,7 @@ _LAZY = {
 }
 _LAZY_ATTRS = {"plan": ("symgraph.memory", "plan"),
                "max_batch": ("symgraph.memory.maxbatch", "max_batch"),
+               "BudgetError": ("symgraph.memory.budget", "BudgetError"),
                "Module": ("symgraph.train.module", "Module")}
 
 

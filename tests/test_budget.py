@@ -443,3 +443,10 @@ def test_solver_is_never_costlier_than_mirror_or_sqrt():
                 assert err.smallest > b and err.smallest >= low
                 continue
             assert solver.extra_flops <= other.extra_flops
+
+
+def test_public_names():
+    assert sg.BudgetError is B.BudgetError and issubclass(sg.BudgetError, sg.PlanError)
+    assert sg.memory.parse_budget is B.parse_budget and sg.memory.ALGORITHMS == B.ALGORITHMS
+    with pytest.raises(sg.BudgetError):
+        sg.plan(sg.models.get_model("mlp"), {"data": (8, 784)}, train=True, budget=10)

@@ -3,8 +3,8 @@
 step written by hand for the same net, measured side by side in one run.
 
     symgraph bench train [--nets resnet,vgg] [--batch 32,64,128]
-        [--devices 1,2,4,8] [--image 32] [--steps 3] [--rounds 5]
-        [--out DIR] [--quick]
+        [--devices 1,2,4,8] [--processes 2] [--image 32] [--steps 3]
+        [--rounds 5] [--out DIR] [--quick]
     python benchmarks/train_throughput.py [the same arguments]
 
 Two small CIFAR-sized nets: a ResNet-style one (a BatchNorm stem and three
@@ -29,6 +29,15 @@ difference of the two parameter changes over the norm of plain JAX's,
 all parameters together) is reported too, as a check that the two compute
 the same thing. The ratio is
 symgraph samples/s over plain-JAX samples/s (above 1: symgraph faster).
+
+Several processes (``--processes N``, default 2, off with ``--quick``
+unless given): for every net and batch, the same ``Module.train_step`` in
+N processes of one CPU device each under ``symgraph launch``
+(kvstore='dist_sync', each process feeding its part of the batch) beside
+one process of N CPU devices, both started fresh in this run as
+subprocesses with the same steps and rounds; the table gives both
+samples/s, their ratio and the largest relative difference of the
+parameters the two end with.
 
 On a CPU-only machine the devices are simulated CPU devices (8, asked for
 with ``jax_num_cpu_devices`` before the JAX backend starts, unless XLA_FLAGS
@@ -59,7 +68,7 @@ import symgraph as sg
 
 from ..cli import UsageError
 from ..util import atomic_open, atomic_write_text
-from .common import default_out
+from .common import BenchError, default_out
 
 SIMULATED_DEVICES = 8  # CPU devices asked for, enough for the default grid
 CLASSES = 10
@@ -308,6 +317,10 @@ def parse_args(argv):
     p.add_argument("--rounds", type=int, help="timings per side, best kept (default 5)")
     p.add_argument("--out", help="results folder (default: ./bench-results/train, with "
                    "--quick ./bench-results/train-quick, under the current folder)")
+    p.add_argument("--processes", type=int, default=None,
+                   help="rows for N processes of one CPU device each beside one process "
+                        "of N devices (default 2; 1 or 0: none; --quick: none)")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true",
                    help="tiny defaults for a smoke test: batch 8, 8x8 images, 1 and 2 "
                         "devices, 2 steps, 1 round (explicit options still apply)")
@@ -319,9 +332,12 @@ def parse_args(argv):
         p.error(f"unknown net(s) {bad}; choose from {sorted(NETS)}")
     defaults = dict(batch=[8], devices=[1, 2], image=8, steps=2, rounds=1) if args.quick else \
         dict(batch=[32, 64, 128], devices=[1, 2, 4, 8], image=32, steps=3, rounds=5)
+    defaults["processes"] = 0 if args.quick else 2
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    if args.processes < 0:
+        p.error(f"--processes must be 0 or more, got {args.processes}")
     if min(args.image, args.steps, args.rounds) < 1:
         p.error("--image, --steps and --rounds must be positive")
     return args
@@ -371,6 +387,7 @@ def markdown(result: dict) -> str:
     if ratios:
         lines += ["", f"Geometric mean ratio: {float(np.exp(np.mean(np.log(ratios)))):.2f} "
                   f"(min {min(ratios):.2f}, max {max(ratios):.2f})."]
+    lines += process_markdown(result.get("process_rows") or [])
     return "\n".join(lines) + "\n"
 
 
@@ -430,8 +447,119 @@ def request_cpu_devices(n: int = SIMULATED_DEVICES) -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------
+# several processes
+# --------------------------------------------------------------------------
+def worker(args) -> int:
+    """One side of a process row (run as a subprocess, under ``symgraph
+    launch`` for the multi-process side): times ``Module.train_step`` on
+    this process's part of a fixed batch; rank 0 writes the JSON and the
+    final parameters (``.npz`` beside it)."""
+    from ..parallel import distributed
+    # join the others before JAX starts
+    kv = sg.kv.create("dist_sync") if distributed.settings_from_env() else None
+    rank, procs = (kv.rank, kv.num_workers) if kv else (0, 1)
+    net, batch = args.nets[0], args.batch[0]
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch, 3, args.image, args.image)).astype(np.float32)
+    y = rng.integers(0, CLASSES, batch).astype(np.float32)
+    part = slice(rank * batch // procs, (rank + 1) * batch // procs)
+    devices = jax.local_devices()
+    mod = sg.mod.Module(NETS[net][0](), context=[sg.Context.of(d) for d in devices])
+    mod.bind([("data", x[part].shape)], [("softmax_label", y[part].shape)])
+    mod.init_params(sg.init.Xavier(magnitude=2.0), seed=0)
+    mod.init_optimizer(kvstore=kv or "local", optimizer="sgd",
+                       optimizer_params={"learning_rate": LR, "momentum": MOMENTUM})
+    placed = mod.prepare_batch(sg.io.DataBatch([x[part]], [y[part]]))
+
+    def step():
+        mod.train_step(placed)
+        return mod._params
+
+    t0 = time.perf_counter()
+    jax.block_until_ready(step())
+    first = time.perf_counter() - t0
+    jax.block_until_ready(step())  # warm
+    best = min(_timed(step, args.steps) for _ in range(args.rounds))
+    arg, _ = mod.get_params()
+    if rank == 0:
+        with atomic_open(args.worker + ".npz", "wb") as f:
+            np.savez(f, **{k: v.asnumpy() for k, v in arg.items()})
+        atomic_write_text(args.worker, json.dumps({
+            "processes": procs, "devices_per_process": len(devices),
+            "samples_per_s": batch * args.steps / best, "step_ms": 1e3 * best / args.steps,
+            "first_step_s": first}))
+    return 0
+
+
+def measure_processes(net: str, batch: int, processes: int, args, folder: str) -> dict:
+    """N processes x 1 CPU device under ``symgraph launch`` beside 1
+    process x N CPU devices, each a fresh subprocess."""
+    import subprocess
+    common = ["-m", "symgraph.bench.train", "--nets", net, "--batch", str(batch),
+              "--image", str(args.image), "--steps", str(args.steps),
+              "--rounds", str(args.rounds)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYMGRAPH_")}
+    env["JAX_PLATFORMS"] = "cpu"  # the rows are about simulated CPU devices
+    one_out = os.path.join(folder, f"{net}-{batch}-one.json")
+    many_out = os.path.join(folder, f"{net}-{batch}-many.json")
+    one_env = dict(env, XLA_FLAGS=" ".join(
+        [f for f in env.get("XLA_FLAGS", "").split()
+         if "xla_force_host_platform_device_count" not in f] +
+        [f"--xla_force_host_platform_device_count={processes}"]))
+    runs = [([sys.executable, *common, "--worker", one_out], one_env),
+            ([sys.executable, "-m", "symgraph.cli", "launch", "-n", str(processes),
+              "--devices-per-process", "1", "--timeout", "900", "--",
+              sys.executable, *common, "--worker", many_out], env)]
+    for cmd, run_env in runs:
+        done = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=1000)
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise BenchError(f"bench train: the {processes}-process row of {net} batch "
+                               f"{batch} failed: {tail}")
+    with open(one_out) as f:
+        one = json.load(f)
+    with open(many_out) as f:
+        many = json.load(f)
+    with np.load(one_out + ".npz") as a, np.load(many_out + ".npz") as b:
+        diff = max(float(np.max(np.abs(a[k] - b[k])) / (np.max(np.abs(a[k])) or 1.0))
+                   for k in a.files)
+    return {"net": net, "batch": batch, "processes": processes,
+            "devices_per_process": many["devices_per_process"],
+            "samples_per_s": many["samples_per_s"], "step_ms": many["step_ms"],
+            "first_step_s": many["first_step_s"],
+            "one_process_devices": one["devices_per_process"],
+            "one_process_samples_per_s": one["samples_per_s"],
+            "one_process_step_ms": one["step_ms"],
+            "ratio": many["samples_per_s"] / one["samples_per_s"],
+            "max_rel_param_diff": diff}
+
+
+def process_markdown(rows: list) -> list[str]:
+    if not rows:
+        return []
+    lines = ["", "## Several processes", "",
+             "`Module.train_step` with kvstore='dist_sync' in N processes of one simulated "
+             "CPU device each (`symgraph launch`), beside one process of N simulated CPU "
+             "devices, both run fresh in this run on the same batch. *ratio* = N processes / "
+             "one process; *param diff*: largest relative difference of the parameters "
+             "the two end with (same start, same steps).", "",
+             "| net | processes x devices | batch | samples/s | one process samples/s | "
+             "ratio | ms/step (N / one) | param diff |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in rows:
+        lines.append(f"| {r['net']} | {r['processes']} x {r['devices_per_process']} | "
+                     f"{r['batch']} | {r['samples_per_s']:,.0f} | "
+                     f"{r['one_process_samples_per_s']:,.0f} | {r['ratio']:.2f} | "
+                     f"{r['step_ms']:.2f} / {r['one_process_step_ms']:.2f} | "
+                     f"{r['max_rel_param_diff']:.1e} |")
+    return lines
+
+
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.worker:
+        return worker(args)
     note = request_cpu_devices()
     if note:
         print(note, flush=True)
@@ -446,7 +574,21 @@ def main(argv=None) -> int:
               f"no batch size in {args.batch} splits evenly over {counts} device(s)"
         print(f"nothing to run: {why}", flush=True)
         return 0
-    rows = []
+    rows, process_rows = [], []
+    if args.processes > 1:
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="bench-train-processes") as folder:
+            for net in args.nets:
+                for batch in args.batch:
+                    if batch % args.processes:
+                        continue
+                    r = measure_processes(net, batch, args.processes, args, folder)
+                    process_rows.append(r)
+                    print(f"{net:7s} {r['processes']} processes x 1 device batch={batch:4d}  "
+                          f"{r['samples_per_s']:9.0f}/s  one process x {r['processes']} "
+                          f"devices {r['one_process_samples_per_s']:9.0f}/s  ratio "
+                          f"{r['ratio']:.2f}  param diff {r['max_rel_param_diff']:.1e}",
+                          flush=True)
     for net, dev, batch in runnable:
         row = measure(net, batch, available[:dev], args.image, args.steps, args.rounds)
         rows.append(row)
@@ -468,6 +610,7 @@ def main(argv=None) -> int:
         "skipped": (f"device counts {skipped}: this machine has {len(available)} "
                     f"{available[0].platform} device(s)") if skipped else None,
         "rows": rows,
+        "process_rows": process_rows,
     }
     os.makedirs(args.out, exist_ok=True)
     atomic_write_text(os.path.join(args.out, "results.json"), json.dumps(result, indent=1))
@@ -476,3 +619,6 @@ def main(argv=None) -> int:
     print(f"wrote {os.path.join(args.out, 'results.md')}")
     return 0
 
+
+if __name__ == "__main__":  # the workers of the process rows run as python -m
+    sys.exit(main())

@@ -345,10 +345,46 @@ def test_module_group2ctxs_bad_input():
         sg.mod.Module(_net(), group2ctxs={"stage1": sg.cpu(1), "stage7": sg.cpu(2)})
     with pytest.raises(ContextError, match="cpu\\(42\\) does not exist"):
         sg.mod.Module(_net(), group2ctxs={"stage1": sg.cpu(1), "stage2": sg.cpu(42)})
-    with pytest.raises(ContextError, match="worker groups .* are not built"):
+    with pytest.raises(ContextError, match="one mapping per context"):
+        sg.mod.Module(_net(), context=[sg.cpu(0), sg.cpu(3)], group2ctxs=G2C)
+    with pytest.raises(ContextError, match="plays the same part in two replicas"):
         sg.mod.Module(_net(), context=[sg.cpu(0), sg.cpu(3)],
-                      group2ctxs=[{"stage1": sg.cpu(1), "stage2": sg.cpu(2)},
-                                  {"stage1": sg.cpu(4), "stage2": sg.cpu(5)}])
+                      group2ctxs=[G2C, {"stage1": sg.cpu(1), "stage2": sg.cpu(5)}])
+    with pytest.raises(ContextError, match="same layout"):
+        sg.mod.Module(_net(), context=[sg.cpu(0), sg.cpu(3)],
+                      group2ctxs=[G2C, {"stage1": sg.cpu(4), "stage2": sg.cpu(4)}])
+
+
+def test_worker_groups_equal_data_parallel():
+    """Mariana's worker groups: two replicas, each split over two devices,
+    data parallel across them: the data-parallel Module on two devices
+    (same ghost-batch BatchNorm, same keys), in float64."""
+    groups = [{"stage1": sg.cpu(1), "stage2": sg.cpu(2)},
+              {"stage1": sg.cpu(4), "stage2": sg.cpu(5)}]
+    dp = _module(context=[sg.cpu(0), sg.cpu(3)])
+    wg = _module(groups, context=[sg.cpu(0), sg.cpu(3)])
+    for b in _batches():
+        dp.train_step(b)
+        wg.train_step(b)
+        np.testing.assert_allclose(wg.get_outputs()[0].asnumpy(), dp.get_outputs()[0].asnumpy(),
+                                   rtol=1e-10)
+    b = _batches(1)[0]
+    for m in (dp, wg):
+        m.forward(b, is_train=True)
+        m.backward()
+    for k, g in dp.get_grads().items():
+        np.testing.assert_allclose(wg.get_grads()[k].asnumpy(), g.asnumpy(), rtol=1e-10,
+                                   atol=1e-13, err_msg=k)
+    dp.update()
+    wg.update()
+    (a1, x1), (a2, x2) = dp.get_params(), wg.get_params()
+    for k in {**a1, **x1}:
+        np.testing.assert_allclose({**a2, **x2}[k].asnumpy(), {**a1, **x1}[k].asnumpy(),
+                                   rtol=1e-10, atol=1e-13, err_msg=k)
+    cpu = [sg.cpu(i).jax_device for i in range(6)]
+    assert wg._params["conv1_weight"].devices() == {cpu[1], cpu[4]}
+    assert wg._params["fc_weight"].devices() == {cpu[2], cpu[5]}
+    assert wg._aux["bn1_moving_mean"].devices() == {cpu[1], cpu[4]}
 
 
 def test_example_trains_placed_like_one_device(capsys):

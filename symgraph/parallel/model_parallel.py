@@ -18,62 +18,111 @@ data-parallel replica) are refused with a clear error.
 from __future__ import annotations
 
 import jax
-from jax.sharding import SingleDeviceSharding
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from ..context import Context, current_context
 from ..errors import ContextError
 from ..passes.place import place
 from ..train import TrainError
 from ..train.step import TrainPrograms
-from .placement import StagedProgram, placed_split, resolve_group2ctx
+from .data_parallel import BATCH_AXIS
+from .placement import Replicas, StagedProgram, placed_split, resolve_group2ctx
 
 
 class PlacedDevices:
-    """What a Module asks of its devices, for one placed replica: the
-    default device ``contexts[0]`` (nodes without a group) and each
-    variable's device from the placement."""
+    """What a Module asks of its devices, for R placed replicas (worker
+    groups; R = 1 is plain model parallel): replica r runs nodes without a
+    group on ``contexts[r]`` and group g on ``group2ctxs[r][g]``. Device d
+    of the placement is played, in each replica, by one device; those R
+    devices form ``meshes[d]``. Parameters, optimizer and aux states are
+    replicated over the mesh of their variable's device, batch inputs split
+    over it along axis 0."""
 
-    n = n_local = processes = 1
+    processes = 1
     process_index = 0
     mesh = None
 
     def __init__(self, symbol, group2ctxs, context=None):
-        if isinstance(group2ctxs, (list, tuple)):
-            if len(group2ctxs) != 1:
-                raise ContextError(
-                    f"group2ctxs has {len(group2ctxs)} mappings: worker groups (model parallel "
-                    f"inside each, data parallel across them) are not built; give one mapping")
-            group2ctxs = group2ctxs[0]
-        if isinstance(context, (list, tuple)):
-            if len(context) != 1:
-                raise ContextError(f"model parallel (group2ctxs) takes one default context, "
-                                   f"got {len(context)}; data parallel across replicas is "
-                                   f"not built with group2ctxs")
-            context = context[0]
-        ctx = context or current_context()
-        if not isinstance(ctx, Context):
-            raise ContextError(f"context must be sg.cpu(i) or sg.gpu(i), got {ctx!r}")
-        self.contexts = [ctx]
-        self.devices = [ctx.jax_device]
+        from jax.sharding import Mesh
+
+        maps = list(group2ctxs) if isinstance(group2ctxs, (list, tuple)) else [group2ctxs]
+        if not maps:
+            raise ContextError("group2ctxs is an empty list; give one mapping per context")
+        if context is None:
+            ctxs = [current_context()]
+        elif isinstance(context, (list, tuple)):
+            ctxs = list(context)
+        else:
+            ctxs = [context]
+        if len(maps) != len(ctxs):
+            raise ContextError(
+                f"{len(ctxs)} context(s) and {len(maps)} group2ctxs mapping(s): worker groups "
+                f"take one mapping per context (Module(context=[c0, c1], group2ctxs=[{{...}}, "
+                f"{{...}}])), model parallel one context and one mapping")
+        for c in ctxs:
+            if not isinstance(c, Context):
+                raise ContextError(f"context must be sg.cpu(i) or sg.gpu(i), got {c!r}")
         graph = symbol.graph()
-        self.group2ctx = resolve_group2ctx(graph, group2ctxs)
-        pl = place(graph, self.group2ctx, ctx)
-        self.var_device = {n.name: pl.device_of(n).jax_device for n in pl.graph.variables}
+        g2cs = [resolve_group2ctx(graph, m) for m in maps]
+        for r, m in enumerate(g2cs[1:], 1):
+            if set(m) != set(g2cs[0]):
+                raise ContextError(f"group2ctxs[{r}] maps groups {sorted(m)}, group2ctxs[0] "
+                                   f"maps {sorted(g2cs[0])}; every replica maps the same groups")
+        # device d of the placement, in each replica (the order place() numbers them)
+        layouts = []
+        for ctx, m in zip(ctxs, g2cs):
+            devs = [ctx]
+            for c in m.values():
+                if c not in devs:
+                    devs.append(c)
+            layouts.append((devs, {g: devs.index(c) for g, c in m.items()}))
+        for r, (devs, index) in enumerate(layouts[1:], 1):
+            if index != layouts[0][1] or len(devs) != len(layouts[0][0]):
+                raise ContextError(f"group2ctxs[{r}] shares devices between groups (or with "
+                                   f"its context) differently from group2ctxs[0]; every "
+                                   f"replica needs the same layout")
+        self.n = self.n_local = len(ctxs)
+        self.contexts = ctxs
+        self.group2ctx = g2cs[0]
+        self.group2ctxs = g2cs
+        self.devices = [c.jax_device for c in ctxs]
+        self.meshes = []
+        for d in range(len(layouts[0][0])):
+            devs = [layout[0][d] for layout in layouts]
+            if len(set(devs)) != len(devs):
+                raise ContextError(f"device {devs[0]} plays the same part in two replicas; "
+                                   f"worker groups need distinct devices")
+            self.meshes.append(Mesh([c.jax_device for c in devs], (BATCH_AXIS,)))
+        pl = place(graph, self.group2ctx, ctxs[0])
+        self.var_index = {n.name: pl.device[n.name] for n in pl.graph.variables}
         self.train_programs = PlacedTrainPrograms
+        self._sums: dict = {}
 
     def __repr__(self):
-        return f"PlacedDevices({self.group2ctx}, default {self.contexts[0]})"
+        return f"PlacedDevices({self.group2ctxs}, contexts {self.contexts})"
 
-    def _put(self, tree: dict) -> dict:
-        return {k: jax.device_put(v, self.var_device.get(k, self.devices[0]))
+    def mesh_of(self, name: str):
+        return self.meshes[self.var_index.get(name, 0)]
+
+    def _put(self, tree: dict, spec) -> dict:
+        from jax.sharding import NamedSharding
+        return {k: jax.device_put(v, NamedSharding(self.mesh_of(k), spec))
                 for k, v in tree.items()}
 
-    put_replicated = put_batch = _put
+    def put_replicated(self, tree: dict) -> dict:
+        return self._put(tree, P())
+
+    def put_batch(self, tree: dict) -> dict:
+        return self._put(tree, P(BATCH_AXIS))
 
     def replicated(self):
-        return SingleDeviceSharding(self.devices[0])
+        from jax.sharding import NamedSharding
+        return NamedSharding(self.meshes[0], P())
 
-    batch_sharded = replicated
+    def batch_sharded(self):
+        from jax.sharding import NamedSharding
+        return NamedSharding(self.meshes[0], P(BATCH_AXIS))
 
     def local_value(self, x):
         return x
@@ -82,22 +131,39 @@ class PlacedDevices:
         return tuple(shape)
 
     def check_batch_size(self, batch_size: int, what: str = "batch size") -> None:
-        return None
+        if batch_size % self.n:
+            raise ContextError(f"{what} {batch_size} cannot be split evenly over {self.n} "
+                               f"worker groups; use a multiple of {self.n}")
 
     def spmd(self, local_fn, in_specs=None, out_specs=None):
         return local_fn
 
-    def sum_over_devices(self, tree):
-        return tree
+    def sum_over_devices(self, tree: dict) -> dict:
+        """Per-replica gradients (a leading replica axis) summed, replicated
+        over their parameter's mesh."""
+        from jax.sharding import NamedSharding
+        out = {}
+        for k, g in tree.items():
+            mesh = self.mesh_of(k)
+            fn = self._sums.get(id(mesh))
+            if fn is None:
+                fn = self._sums[id(mesh)] = jax.jit(
+                    lambda x: x.sum(0), out_shardings=NamedSharding(mesh, P()))
+            out[k] = fn(g)
+        return out
 
-    mean_over_devices = sum_over_devices
+    def mean_over_devices(self, tree):
+        return tree  # aux updates are averaged inside the segments
 
     def device_index(self):
         return 0
 
 
 class PlacedTrainPrograms(TrainPrograms):
-    """``TrainPrograms`` whose programs run placed (see the module doc)."""
+    """``TrainPrograms`` whose programs run placed (see the module doc).
+    Values passed between segments carry a leading replica axis; the
+    programs here stack and unstack them so the Module sees what the
+    data-parallel path gives it."""
 
     def __init__(self, symbol, data_names, label_names, trainable, fixed, aux, devices,
                  compute_dtype="float32", loss_scale=1.0, memory_measures="auto",
@@ -110,6 +176,11 @@ class PlacedTrainPrograms(TrainPrograms):
                              "not built for it")
         if self.recompute:
             raise TrainError("model parallel (group2ctxs) does not recompute forward nodes")
+        self.batch_names = set(self.data_names) | set(self.label_names)
+
+    # -- pieces ----------------------------------------------------------------------
+    def _replicas(self, heads=()) -> Replicas:
+        return Replicas(self.devices.meshes, self.batch_names, [h for h, _ in heads])
 
     def _placed(self, wrt):
         key = ("placed", tuple(wrt))
@@ -119,9 +190,35 @@ class PlacedTrainPrograms(TrainPrograms):
             self._cache[key] = (split, pl, saved)
         return self._cache[key]
 
+    @staticmethod
+    def _base_key(rkey, t):
+        # the step's key; each replica's segment folds in its index (data
+        # parallel's device index), so one replica draws as one device does
+        return jax.random.fold_in(rkey, jnp.asarray(t).astype(jnp.uint32))
+
+    def _stacked_heads(self, split, sig, given=None) -> dict:
+        """Head-gradient feeds with a leading replica axis."""
+        feeds = self._head_feeds(split, sig, given)
+        info = self._outputs_info(sig)
+        r = self.devices.n
+        for var, i in split.heads:
+            v, local = feeds[var], info[i][0]
+            feeds[var] = (jnp.broadcast_to(v, (r,) + tuple(v.shape)) if tuple(v.shape) == local
+                          else v.reshape((r,) + local))
+        return feeds
+
+    def _unstack_outputs(self, outs, sig) -> list:
+        """Outputs as one device gives them: batch outputs concatenated over
+        the replicas, others averaged."""
+        info = self._outputs_info(sig)
+        res = []
+        for o, (_, batched) in zip(outs, info):
+            res.append(o.reshape((-1,) + tuple(o.shape[2:])) if batched else o.mean(0))
+        return self._finish_outputs(res, sig)
+
     def _update_fn(self, optimizer):
         """(params, grads, states, lr, t) -> (params, states): one jitted
-        update per device, over the parameters that live there."""
+        update per mesh, over the parameters replicated there."""
         okey = self.optimizer_key(optimizer, self.trainable)
         key = ("update", okey)
         if key in self._cache:
@@ -129,7 +226,7 @@ class PlacedTrainPrograms(TrainPrograms):
         mults = {m[0]: m[1:] for m in okey[3]}
         by_dev: dict = {}
         for n in self.trainable:
-            by_dev.setdefault(self.devices.var_device[n], []).append(n)
+            by_dev.setdefault(self.devices.var_index[n], []).append(n)
         jitted = {d: jax.jit(lambda p, g, s, lr, t, names=tuple(names): self.apply_optimizer(
             optimizer, p, g, s, lr, t, {n: mults[n] for n in names}))
             for d, names in by_dev.items()}
@@ -145,6 +242,7 @@ class PlacedTrainPrograms(TrainPrograms):
         self._cache[key] = update
         return update
 
+    # -- the programs ------------------------------------------------------------------
     def update(self, optimizer):
         return self._update_fn(optimizer)
 
@@ -154,18 +252,19 @@ class PlacedTrainPrograms(TrainPrograms):
             return self._cache[key]
         split, pl, _ = self._placed(self.trainable)
         variables = {n.name for n in pl.graph.variables}
-        prog = StagedProgram(pl, pl.graph.outputs, variables, True, self.measures(True))
+        prog = StagedProgram(pl, pl.graph.outputs, variables, True, self.measures(True),
+                             self._replicas(split.heads))
         update = self._update_fn(optimizer)
         n_out, names = self.n_out, self.trainable
 
         def step(params, states, aux, fixed, batch, lr, t, rkey):
             feeds = self._feeds(params, fixed, aux, batch)
-            feeds.update(self._head_feeds(split, sig))
-            outs, aux_upd = prog(feeds, self._key(rkey, t))
+            feeds.update(self._stacked_heads(split, sig))
+            outs, aux_upd = prog(feeds, self._base_key(rkey, t))
             grads = self._combine_grads(dict(zip(names, outs[n_out:])))
             new_p, new_s = update(params, grads, states, lr, t)
             return new_p, new_s, self._combine_aux(aux, aux_upd), \
-                self._finish_outputs(outs[:n_out], sig)
+                self._unstack_outputs(outs[:n_out], sig)
         step.programs = prog.num_programs
         self._cache[key] = step
         return step
@@ -178,11 +277,12 @@ class PlacedTrainPrograms(TrainPrograms):
         g, n_out = pl.graph, self.n_out
         variables = {n.name for n in g.variables}
         prog = StagedProgram(pl, list(g.outputs[:n_out]) + list(saved.values()), variables,
-                             True, self.measures(True))
+                             True, self.measures(True), self._replicas())
 
         def fwd(params, aux, fixed, batch, t, rkey):
-            outs, aux_upd = prog(self._feeds(params, fixed, aux, batch), self._key(rkey, t))
-            return self._finish_outputs(outs[:n_out], sig), outs[n_out:], \
+            outs, aux_upd = prog(self._feeds(params, fixed, aux, batch),
+                                 self._base_key(rkey, t))
+            return self._unstack_outputs(outs[:n_out], sig), outs[n_out:], \
                 self._combine_aux(aux, aux_upd)
         self._cache[key] = fwd
         return fwd
@@ -195,18 +295,19 @@ class PlacedTrainPrograms(TrainPrograms):
         g, n_out = pl.graph, self.n_out
         variables = {n.name for n in g.variables}
         prog = StagedProgram(pl, g.outputs[n_out:], variables | set(saved), True,
-                             self.measures(True))
+                             self.measures(True), self._replicas(split.heads))
         saved_keys = list(saved)
-        inputs = set(self.data_names) | set(self.label_names)
+        inputs = self.batch_names
 
         def bwd(params, aux, fixed, batch, saved_values, heads, t, rkey, scale):
             feeds = self._feeds(params, fixed, aux, batch)
             feeds.update(zip(saved_keys, saved_values))
-            feeds.update(self._head_feeds(split, sig, {i: h for i, h in enumerate(heads)}))
-            outs, _ = prog(feeds, self._key(rkey, t))
+            feeds.update(self._stacked_heads(split, sig, dict(enumerate(heads))))
+            outs, _ = prog(feeds, self._base_key(rkey, t))
             grads = dict(zip(wrt, outs))
             pgrads = self._combine_grads({k: v for k, v in grads.items() if k not in inputs})
-            igrads = {k: self._unscale(v) for k, v in grads.items() if k in inputs}
+            igrads = {k: self._unscale(v).reshape((-1,) + tuple(v.shape[2:]))
+                      for k, v in grads.items() if k in inputs}
             return pgrads, igrads
         self._cache[key] = bwd
         return bwd
@@ -217,10 +318,10 @@ class PlacedTrainPrograms(TrainPrograms):
             return self._cache[key]
         pl = place(self.graph, self.devices.group2ctx, self.devices.contexts[0])
         prog = StagedProgram(pl, pl.graph.outputs, {n.name for n in pl.graph.variables},
-                             False, self.measures(False))
+                             False, self.measures(False), self._replicas())
 
         def infer(params, aux, fixed, batch, t, rkey):
-            outs, _ = prog(self._feeds(params, fixed, aux, batch), self._key(rkey, t))
-            return self._finish_outputs(outs, sig)
+            outs, _ = prog(self._feeds(params, fixed, aux, batch), self._base_key(rkey, t))
+            return self._unstack_outputs(outs, sig)
         self._cache[key] = infer
         return infer

@@ -74,17 +74,64 @@ def resolve_group2ctx(graph: Graph, group2ctx: dict, check_devices: bool = True)
     return out
 
 
+class Replicas:
+    """Worker groups: R placed replicas of one net, data parallel across
+    them. ``meshes[d]``: a one-axis mesh (``BATCH_AXIS``) of the R devices
+    that play device d of the placement; ``batch`` names the batch inputs
+    (split along axis 0 over the replicas), ``stacked`` the other fed
+    variables given per replica (a leading axis of R, as every value a
+    segment passes on is); other variables are replicated."""
+
+    def __init__(self, meshes: list, batch, stacked=()):
+        self.meshes = list(meshes)
+        self.batch = set(batch)
+        self.stacked = set(stacked)
+
+    def kind(self, name: str, is_variable: bool) -> str:
+        if not is_variable or name in self.stacked:
+            return "stack"
+        return "batch" if name in self.batch else "rep"
+
+    def sharding(self, d: int, kind: str):
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        from .data_parallel import BATCH_AXIS
+        return NamedSharding(self.meshes[d], P() if kind == "rep" else P(BATCH_AXIS))
+
+
+def _replicated_segment(fn, mesh, ins: list, kinds: dict, n_out: int):
+    """``fn`` (a lowered segment) run on every replica by ``shard_map``:
+    stacked inputs lose their replica axis, outputs gain one, aux updates
+    are averaged over the replicas (as data parallel averages them) and
+    each replica's random key folds in its index."""
+    from jax.sharding import PartitionSpec as P
+    from .data_parallel import BATCH_AXIS
+
+    def local(sub, key):
+        feeds = {k: v[0] if kinds[k] == "stack" else v for k, v in sub.items()}
+        if key is not None:
+            key = jax.random.fold_in(key, jax.lax.axis_index(BATCH_AXIS))
+        outs, upd = fn(feeds, key)
+        return [o[None] for o in outs], jax.lax.pmean(upd, BATCH_AXIS)
+    in_specs = ({k: P() if kinds[k] == "rep" else P(BATCH_AXIS) for k in ins}, P())
+    return jax.shard_map(local, mesh=mesh, in_specs=in_specs,
+                         out_specs=([P(BATCH_AXIS)] * n_out, P()), check_vma=False)
+
+
 class StagedProgram:
     """``f(feeds, key) -> (outputs, aux_updates)`` as ``lower.lower``'s
     function, for ``outputs`` of a placed graph given the feeds named in
     ``fed`` (variable names and entry keys): one jitted program per device
-    segment, copies as device transfers."""
+    segment, copies as device transfers. With ``replicas`` (worker groups)
+    each segment runs on the mesh of its device's replicas and every value
+    it passes on, outputs included, has a leading replica axis."""
 
-    def __init__(self, placement: Placement, outputs: list, fed, is_train: bool, measures):
+    def __init__(self, placement: Placement, outputs: list, fed, is_train: bool, measures,
+                 replicas: Replicas | None = None):
         g = placement.graph
         self.placement = placement
         self.outputs = list(outputs)
-        self.jax_devices = [d.jax_device for d in placement.devices]
+        self.replicas = replicas
+        self.jax_devices = None if replicas else [d.jax_device for d in placement.devices]
         fed = set(fed)
         needed = self._needed(g, self.outputs, fed)
         # steps: ("seg", device index, [nodes]) or ("copy", node)
@@ -122,9 +169,25 @@ class StagedProgram:
                 self.steps.append((kind, d, ins[0], outs[0][0] if outs else None))
                 continue
             sub = Graph([e for _, e in outs])
-            fn = measures_mod.jit(measures_mod.lower_measured(sub, is_train, measures), measures)
-            self.steps.append((kind, d, ins, ([k for k, _ in outs], fn)))
+            self.steps.append((kind, d, ins, ([k for k, _ in outs], sub)))
         self.steps.reverse()
+        # what each value is across replicas: a segment's outputs are stacked,
+        # a copy's output is what its input is
+        variables = {n.name for n in g.variables}
+        self.kinds = {k: (replicas.kind(k, True) if replicas else "one") for k in variables}
+        for i, (kind, d, ins, rest) in enumerate(self.steps):
+            if kind == "copy":
+                if rest is not None:
+                    self.kinds[rest] = self.kinds.get(ins, "stack")
+                continue
+            for k in ins:
+                self.kinds.setdefault(k, "stack")  # fed entries (saved tensors)
+            keys, sub = rest
+            self.kinds.update((k, "stack") for k in keys)
+            fn = measures_mod.lower_measured(sub, is_train, measures)
+            if replicas:
+                fn = _replicated_segment(fn, replicas.meshes[d], ins, self.kinds, len(keys))
+            self.steps[i] = (kind, d, ins, (keys, measures_mod.jit(fn, measures)))
         self.num_programs = sum(1 for s in self.steps if s[0] == "seg")
 
     @staticmethod
@@ -141,7 +204,14 @@ class StagedProgram:
             stack.extend(e.node.inputs)
         return needed
 
+    def _target(self, d: int, key: str):
+        if self.replicas is None:
+            return self.jax_devices[d]
+        return self.replicas.sharding(d, self.kinds.get(key, "stack"))
+
     def __call__(self, feeds: dict, key=None):
+        if self.replicas is not None:
+            return self._call_replicated(feeds, key)
         env = dict(feeds)
         aux: dict = {}
         for kind, d, ins, rest in self.steps:
@@ -158,6 +228,23 @@ class StagedProgram:
             # an output computed from no argument (zeros_like: jit drops the unused
             # input) would land on the default device
             env.update((name, jax.device_put(o, dev)) for name, o in zip(keys, outs))
+            aux.update(upd)
+        return [env[entry_key(e) if e.node.op is not None else e.node.name]
+                for e in self.outputs], aux
+
+    def _call_replicated(self, feeds: dict, key=None):
+        env = dict(feeds)
+        aux: dict = {}
+        for kind, d, ins, rest in self.steps:
+            if kind == "copy":
+                if rest is not None:
+                    env[rest] = jax.device_put(env[ins], self._target(d, rest))
+                continue
+            keys, fn = rest
+            sub = {k: jax.device_put(env[k], self._target(d, k)) for k in ins}
+            k = None if key is None else jax.device_put(key, self.replicas.sharding(d, "rep"))
+            outs, upd = fn(sub, k)
+            env.update(zip(keys, outs))
             aux.update(upd)
         return [env[entry_key(e) if e.node.op is not None else e.node.name]
                 for e in self.outputs], aux

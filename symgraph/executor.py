@@ -46,7 +46,8 @@ def _to_dict(values, names: list[str], what: str) -> dict:
 
 class Executor:
     def __init__(self, symbol, ctx: Context | None, args, args_grad=None, grad_req="write",
-                 aux_states=None, seed: int = 0, memory_measures="auto", group2ctx=None):
+                 aux_states=None, seed: int = 0, memory_measures="auto", group2ctx=None,
+                 memory_budget=None, recompute=None):
         self._symbol = symbol
         self._measures_spec = measures_mod.parse(memory_measures)
         self._ctx = ctx or current_context()
@@ -95,11 +96,32 @@ class Executor:
                     d[k] = NDArray(jax.device_put(v.data, devs[k].jax_device))
         # check the bound shapes now: a wrong array is named before anything is traced
         infer_shapes(g, {k: v.shape for k, v in {**self.arg_dict, **self.aux_dict}.items()})
+        self.budget_plan = None
+        self._recompute: list = []
+        if memory_budget is not None or recompute is not None:
+            self._plan_recompute(memory_budget, recompute)
+
+    def _plan_recompute(self, budget, recompute) -> None:
+        """The training plan under ``budget`` / ``recompute`` (``sg.plan``):
+        the backward recomputes the forward nodes it names. BudgetError
+        when nothing fits."""
+        from .memory import plan
+        if self._group2ctx is not None:
+            raise BindError("memory_budget/recompute: not supported with group2ctx")
+        if not self._wrt:
+            raise BindError("memory_budget/recompute: nothing to train (every grad_req is "
+                            "'null'): there is no backward to recompute in")
+        shapes = {k: tuple(v.shape) for k, v in self.arg_dict.items()}
+        dtypes = {k: str(v.dtype) for k, v in self.arg_dict.items()}
+        self.budget_plan = plan(self._symbol, shapes, train=True, dtypes=dtypes,
+                                wrt=self._wrt, budget=budget, recompute=recompute)
+        self._recompute = [r["name"] for r in self.budget_plan.recompute]
 
     # -- construction ---------------------------------------------------------
     @classmethod
     def simple_bind(cls, symbol, ctx=None, grad_req="write", type_dict=None, shapes=None,
-                    memory_measures="auto", group2ctx=None):
+                    memory_measures="auto", group2ctx=None, memory_budget=None,
+                    recompute=None):
         """Allocates zero arrays of the inferred shapes and binds them."""
         g = symbol.graph()
         type_dict = {k: dtype_name(v) for k, v in (type_dict or {}).items()}
@@ -120,7 +142,7 @@ class Executor:
         args = {n.name: zeros(n) for n in g.arguments}
         aux = {n.name: zeros(n) for n in g.aux_states}
         return cls(symbol, ctx, args, None, grad_req, aux, memory_measures=memory_measures,
-                   group2ctx=group2ctx)
+                   group2ctx=group2ctx, memory_budget=memory_budget, recompute=recompute)
 
     def _nd(self, v) -> NDArray:
         if isinstance(v, NDArray):
@@ -147,7 +169,8 @@ class Executor:
     # -- programs ---------------------------------------------------------------
     def measures(self, train: bool) -> tuple:
         """The memory measures the training (or inference) programs use."""
-        return measures_mod.resolve(self._measures_spec, self._graph, train)
+        return measures_mod.resolve(self._measures_spec, self._graph, train,
+                                    recompute=bool(self._recompute))
 
     def _program(self, kind: str):
         prog = self._programs.get(kind)
@@ -170,7 +193,7 @@ class Executor:
         elif not self._wrt:  # training mode without any gradient: no backward
             prog = (jitted(g), None, [], [])
         else:
-            split = TrainingSplit(g, self._wrt)
+            split = TrainingSplit(g, self._wrt, self._recompute)
             prog = (jitted(split.forward), jitted(split.backward), split.saved_keys,
                     split.heads)
         self._programs[kind] = prog

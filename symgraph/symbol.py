@@ -253,21 +253,26 @@ class Symbol:
 
     # -- binding -------------------------------------------------------------------
     def simple_bind(self, ctx=None, grad_req="write", type_dict=None, memory_measures="auto",
-                    group2ctx=None, **shapes):
+                    group2ctx=None, memory_budget=None, recompute=None, **shapes):
         """Binds zero arrays of the inferred shapes. ``memory_measures``:
         how the programs are lowered (``symgraph.measures``: 'auto', 'none'
         or measure names). ``group2ctx``: ctx_group name -> device (model
-        parallel, docs/training.md)."""
+        parallel, docs/training.md). ``memory_budget`` ('6GiB', bytes) /
+        ``recompute`` ('mirror', 'sqrt', 'solver', node names): the backward
+        recomputes what ``sg.plan(..., budget=, recompute=)`` chooses
+        (``Executor.budget_plan``)."""
         from .executor import Executor
         return Executor.simple_bind(self, ctx, grad_req=grad_req, type_dict=type_dict,
                                     shapes=shapes, memory_measures=memory_measures,
-                                    group2ctx=group2ctx)
+                                    group2ctx=group2ctx, memory_budget=memory_budget,
+                                    recompute=recompute)
 
     def bind(self, ctx=None, args=None, args_grad=None, grad_req="write", aux_states=None,
-             memory_measures="auto", group2ctx=None):
+             memory_measures="auto", group2ctx=None, memory_budget=None, recompute=None):
         from .executor import Executor
         return Executor(self, ctx, args, args_grad, grad_req, aux_states,
-                        memory_measures=memory_measures, group2ctx=group2ctx)
+                        memory_measures=memory_measures, group2ctx=group2ctx,
+                        memory_budget=memory_budget, recompute=recompute)
 
     def eval(self, ctx=None, **kwargs):
         """Runs the symbol once on NDArrays (inference); returns the outputs."""

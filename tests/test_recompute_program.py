@@ -164,3 +164,113 @@ def test_split_programs_with_recompute_equal_the_fused_step_without():
     new_p, new_s = progs.update(opt)(params, pgrads, states, np.float64(0.1), t)
     ref = fused_step(net, CONV_SHAPES, ())
     assert_trees_close((new_p, new_s, new_aux, outs), jax.tree.map(np.asarray, ref))
+
+
+# -- Module and bind under a budget -----------------------------------------------------
+FIT_SHAPES = {"data": (8, 2, 6, 6), "softmax_label": (8,)}
+F64 = {"data": "float64", "softmax_label": "float64"}
+
+
+def fit(net, **kw):
+    """Two epochs of Module.fit in float64 (Dropout included); the module."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(32,) + FIT_SHAPES["data"][1:])
+    y = rng.integers(0, 3, size=32).astype(np.float64)
+    it = sg.io.NDArrayIter(x, y, batch_size=8, dtype=None)
+    mod = sg.mod.Module(net, **kw)
+    mod.bind(it.provide_data, it.provide_label)
+    mod.init_params(sg.init.Xavier(magnitude=2.0), seed=0)
+    mod.fit(it, num_epoch=2, optimizer="sgd", eval_metric="acc",
+            optimizer_params={"learning_rate": 0.1, "momentum": 0.9})
+    return mod
+
+
+def no_recompute_total(net, optimizer="momentum"):
+    return sg.plan(net, FIT_SHAPES, train=True, dtypes=F64, optimizer=optimizer).total
+
+
+def test_module_fit_under_a_budget_equals_the_unbudgeted_fit():
+    net = conv_net()
+    budget = int(0.85 * no_recompute_total(net))
+    plain = fit(net)
+    mod = fit(net, memory_budget=budget)
+    p = mod.budget_plan
+    assert p is not None and p.recompute and p.total <= budget
+    # the optimizer's state is counted (SGD with momentum: one copy)
+    assert p.buckets["optimizer"] == p.buckets["gradients"] > 0
+    assert mod.program_info()["recompute"] == len(p.recompute)
+    assert plain.budget_plan is None and plain.program_info()["recompute"] == 0
+    for a, b in zip(plain.get_params(), mod.get_params()):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_allclose(b[k].asnumpy(), a[k].asnumpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_module_takes_a_budget_as_text_and_recompute_by_name():
+    net = conv_net()
+    descs = ([sg.io.DataDesc("data", FIT_SHAPES["data"], "float64")],
+             [sg.io.DataDesc("softmax_label", (8,), "float64")])
+    mod = sg.mod.Module(net, memory_budget="1GiB")
+    mod.bind(*descs)
+    # a budget that fits without recompute recomputes nothing
+    assert mod.budget_plan.budget == 2 ** 30 and mod.budget_plan.recompute == []
+    mod = sg.mod.Module(net, recompute="mirror")
+    mod.bind(*descs)
+    names = [r["name"] for r in mod.budget_plan.recompute]
+    assert "r1" in names and "c1" not in names  # mirror: cheap ops only
+    assert mod._programs.recompute == tuple(names)
+    mod = sg.mod.Module(net, recompute=["r1", "c2"])
+    mod.bind(*descs)
+    assert [r["name"] for r in mod.budget_plan.recompute] == ["r1", "c2"]
+
+
+@pytest.mark.parametrize("budget", ["6 apples", "-1", "abc", 0])
+def test_module_refuses_a_malformed_budget_at_once(budget):
+    with pytest.raises(BudgetError, match="budget") as info:
+        sg.mod.Module(conv_net(), memory_budget=budget)
+    assert "\n" not in str(info.value)
+
+
+def test_a_budget_nothing_fits_is_one_line_at_bind_and_init_optimizer():
+    net = conv_net()
+    descs = ([sg.io.DataDesc("data", FIT_SHAPES["data"], "float64")],
+             [sg.io.DataDesc("softmax_label", (8,), "float64")])
+    mod = sg.mod.Module(net, memory_budget=1000)
+    with pytest.raises(BudgetError, match="smallest total reachable") as info:
+        mod.bind(*descs)
+    assert "\n" not in str(info.value) and info.value.budget == 1000
+    # fits without optimizer state, not with Adam's two moments
+    fixed = no_recompute_total(net, None)
+    smallest = sg.plan(net, FIT_SHAPES, train=True, dtypes=F64, optimizer="adam",
+                       recompute="solver").total
+    budget = smallest - 1
+    assert no_recompute_total(net, "sgd") > budget or fixed > budget
+    mod = sg.mod.Module(net, memory_budget=budget)
+    mod.bind(*descs)
+    mod.init_params(sg.init.Xavier())
+    with pytest.raises(BudgetError, match="smallest total reachable"):
+        mod.init_optimizer(optimizer="adam")
+
+
+def test_simple_bind_under_a_budget_gives_the_gradients_of_the_plain_executor():
+    net = conv_net()
+    shapes = FIT_SHAPES
+    budget = int(0.85 * no_recompute_total(net, None))
+    ex0 = net.simple_bind(sg.cpu(), type_dict=F64, **shapes)
+    ex1 = net.simple_bind(sg.cpu(), type_dict=F64, memory_budget=budget, **shapes)
+    assert ex1.budget_plan.recompute and ex1.budget_plan.total <= budget
+    rng = np.random.default_rng(2)
+    for name, arr in ex0.arg_dict.items():
+        v = rng.integers(0, 3, size=arr.shape).astype(np.float64) if name.endswith("label") \
+            else rng.normal(size=arr.shape)
+        arr[:] = v
+        ex1.arg_dict[name][:] = v
+    for ex in (ex0, ex1):
+        ex.forward(is_train=True)
+        ex.backward()
+    for a, b in zip(ex0.outputs, ex1.outputs):
+        np.testing.assert_allclose(b.asnumpy(), a.asnumpy(), rtol=1e-10)
+    for k, g in ex0.grad_dict.items():
+        np.testing.assert_allclose(ex1.grad_dict[k].asnumpy(), g.asnumpy(), rtol=1e-10,
+                                   atol=1e-12)
+    assert np.abs(ex0.grad_dict["c1_weight"].asnumpy()).max() > 0

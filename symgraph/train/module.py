@@ -29,7 +29,6 @@ head gradient of ones.
 """
 from __future__ import annotations
 
-import logging
 import os
 import time
 
@@ -39,9 +38,10 @@ import numpy as np
 
 from .. import measures as measures_mod
 from ..context import Context
+from ..dtypes import require_storable
 from ..errors import BindError
 from ..executor import GRAD_REQS
-from ..dtypes import require_storable
+from ..log import get_logger
 from ..ndarray import NDArray
 from ..parallel.data_parallel import DeviceSet
 from ..passes.infer import infer_shapes
@@ -97,15 +97,25 @@ class Module:
     program is lowered so that XLA keeps the memory plan -- 'auto' (the
     rule of ``symgraph.measures.default_measures``), 'none', or measure
     names (``symgraph.measures.MEASURES``).
+    ``memory_budget``: bytes, or text such as '6GiB' or '512MiB': what each
+    device may hold in training (parameters, gradients, aux and optimizer
+    state, and the arena). ``bind`` and ``init_optimizer`` plan the step to
+    it (``sg.plan(..., budget=)``, the optimizer's state counted once it is
+    known) and the programs recompute in the backward the forward nodes the
+    plan names; results are those of the unbudgeted step. A budget that no
+    plan fits raises ``BudgetError`` there. ``recompute``: the recompute
+    set or algorithm ('mirror', 'sqrt', 'solver', or forward node names),
+    with or without a budget (``sg.plan``'s ``recompute``).
     """
 
     def __init__(self, symbol, data_names=("data",), label_names=("softmax_label",),
-                 logger=logging, context=None, work_load_list=None, fixed_param_names=None,
+                 logger=None, context=None, work_load_list=None, fixed_param_names=None,
                  state_names=None, group2ctxs=None, compression_params=None,
                  compute_dtype: str = "float32", loss_scale=1.0, seed: int = 0,
-                 memory_measures="auto"):
+                 memory_measures="auto", memory_budget=None, recompute=None):
         self.symbol = symbol
-        self.logger = logger
+        # symgraph's logger (log.py): fit's lines show without configuring logging
+        self.logger = logger if logger is not None else get_logger()
         args = symbol.list_arguments()
         data_names = list(data_names or [])
         label_names = list(label_names or [])
@@ -152,6 +162,12 @@ class Module:
         self._key = jax.random.key(int(seed))
         measures_mod.parse(memory_measures)  # a bad name fails here, not at bind
         self._memory_measures = memory_measures
+        if memory_budget is not None:  # a malformed budget fails here, not at bind
+            from ..memory.budget import parse_budget
+            memory_budget = parse_budget(memory_budget)
+        self._memory_budget = memory_budget
+        self._recompute_spec = recompute
+        self._budget_plan = None
         self.binded = False
         self.for_training = False
         self.inputs_need_grad = False
@@ -298,6 +314,7 @@ class Module:
                                   self._memory_measures)
         was_bound = self.binded
         self.binded = True
+        self._plan_recompute()
         if self.params_initialized and was_bound:
             self._pending = self._host_params()
         if self.params_initialized and self._pending is not None:
@@ -454,6 +471,7 @@ class Module:
                              f"Module(compute_dtype='float16'), which keeps float32 master "
                              f"weights")
         self._optimizer = optimizer
+        self._plan_recompute()  # the budget counts the optimizer's state now
         if self._kvstore is not None:
             self._kvstore.set_optimizer(optimizer)
             self._programs.set_reducer(self._kvstore.step_reducer(self._devices))
@@ -764,6 +782,10 @@ class Module:
                          force_init=force_init, seed=seed)
         self.init_optimizer(kvstore=kvstore, optimizer=optimizer,
                             optimizer_params=optimizer_params)
+        if self._devices.processes > 1:  # fewer steps in one would hang the others
+            from ..parallel import distributed
+            distributed.check_same_everywhere(getattr(train_data, "num_batches", -1),
+                                              "batches per epoch")
         if begin_epoch and self._optimizer.num_update == self._optimizer.begin_num_update:
             # no optimizer state was loaded: at least resume the lr schedule
             per_epoch = getattr(train_data, "num_batches", None)
@@ -921,6 +943,44 @@ class Module:
                     dtypes=dtypes, wrt=self._trainable or None,
                     data_names=self._data_names, label_names=self._label_names, **kwargs)
 
+    def _plan_recompute(self) -> None:
+        """With ``memory_budget`` or ``recompute``: plans the training step
+        (``plan_memory``) and has the programs recompute what the plan
+        recomputes. BudgetError when nothing fits."""
+        if self._memory_budget is None and self._recompute_spec is None:
+            return
+        if not (self.for_training and self._trainable):
+            self._budget_plan = None
+            return
+        if not hasattr(self._programs, "set_recompute"):
+            raise TrainError("memory_budget/recompute: not supported with these programs "
+                             "(group2ctxs)")
+        p = self.plan_memory(budget=self._memory_budget,
+                             optimizer=self._budget_optimizer(),
+                             recompute=self._recompute_spec)
+        self._budget_plan = p
+        self._programs.set_recompute([r["name"] for r in p.recompute])
+
+    def _budget_optimizer(self):
+        """The optimizer as ``sg.plan(optimizer=)`` counts its state: by the
+        number of arrays it keeps per parameter (SGD 0, momentum 1, Adam 2);
+        None before ``init_optimizer``."""
+        opt = self._optimizer
+        if opt is None or not self._trainable:
+            return None
+        name = self._trainable[0]
+        shape, dtype = self._param_info[name]
+        k = len(jax.eval_shape(lambda w: tuple(opt.create_state(name, w)),
+                               jax.ShapeDtypeStruct(shape, dtype)))
+        return {0: "sgd", 1: "momentum"}.get(k, "adam")
+
+    @property
+    def budget_plan(self):
+        """The ``Plan`` the training programs follow under ``memory_budget``
+        or ``recompute`` (None otherwise): ``budget_plan.recompute`` lists
+        the forward nodes recomputed, ``budget_plan.total`` the bytes."""
+        return self._budget_plan
+
     def compiled_memory(self) -> dict:
         """XLA's own figures (bytes) for the training step ``fit`` runs at
         the bound shapes (on every device, with this Module's optimizer and
@@ -951,7 +1011,8 @@ class Module:
                 "backend": jax.default_backend(),
                 "optimizer": None if opt is None else opt.describe(),
                 "compute_dtype": self._compute_dtype,
-                "measures": list(self._programs.measures(self.for_training))}
+                "measures": list(self._programs.measures(self.for_training)),
+                "recompute": len(getattr(self._programs, "recompute", ()))}
 
 
 def save_params(fname: str, arg_params: dict, aux_params: dict | None = None) -> None:

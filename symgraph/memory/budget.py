@@ -200,6 +200,7 @@ class Problem:
         self.articulation = self._articulation()
         self._cache: dict = {}
         self._finish: dict = {}
+        self._ladder = None
 
     # -- structure ------------------------------------------------------------------
     def cheap(self, node) -> bool:
@@ -345,6 +346,12 @@ class Problem:
     def sqrt_k(self) -> int:
         return max(1, round(math.sqrt(len(self.candidates))))
 
+    def ladder(self) -> list:
+        """``segment_ladder()``, computed once."""
+        if self._ladder is None:
+            self._ladder = self.segment_ladder()
+        return self._ladder
+
     def segment_ladder(self) -> list:
         """Prefixes of the per-segment upgrades (keep -> cheap -> all but
         the closing checkpoint) in order of extra FLOPs per byte dropped,
@@ -435,7 +442,48 @@ def _spread_ladder(problem: Problem, ladder: list, k: int) -> list:
         i = min(range(len(pos)), key=lambda i: abs(pos[i] - j / k))
         if i not in picked:
             picked.append(i)
-    return [ladder[i] for i in sorted(picked)]
+    return sorted(picked)
+
+
+LADDER_LABEL = "solver segments"
+REFINE_POINTS = 3
+
+
+def _refine(problem: Problem, front: list) -> list:
+    """Up to ``REFINE_POINTS`` more ladder prefixes, halfway between two
+    neighbours on the frontier, the largest gap (extra FLOPs times bytes)
+    first; the frontier of all of them. It depends on
+    the graph alone, never on a budget, so monotonicity holds."""
+    ladder = problem.ladder()
+
+    def index(p):
+        if p.names == ():
+            return -1
+        if p.source.startswith(LADDER_LABEL):
+            return int(p.source.rsplit(" ", 1)[1].split("/")[0]) - 1
+        return None
+
+    tried = set()
+    tf = max(front[-1].extra_flops, 1)
+    tm = max(front[0].internal, 1)
+    for _ in range(REFINE_POINTS):
+        gaps = []
+        for a, b in zip(front, front[1:]):
+            ia, ib = index(a), index(b)
+            if ia is not None and ib is not None and ib - ia > 1:
+                mid = (ia + ib) // 2
+                if mid not in tried:
+                    # the area between the two points: what a budget between
+                    # them may pay beyond the best set on the ladder
+                    area = (b.extra_flops - a.extra_flops) / tf * (a.internal - b.internal) / tm
+                    gaps.append((area, mid))
+        if not gaps:
+            break
+        _, mid = max(gaps)
+        tried.add(mid)
+        p = problem.exact(problem.evaluate(ladder[mid], f"{LADDER_LABEL} {mid + 1}/{len(ladder)}"))
+        front = pareto(front + [p])
+    return front
 
 
 def candidate_sets(problem: Problem, algorithm: str, budgeted: bool) -> list:
@@ -448,8 +496,9 @@ def candidate_sets(problem: Problem, algorithm: str, budgeted: bool) -> list:
     elif algorithm == "sqrt":
         sets += _sqrt_sets(problem, budgeted)
     elif algorithm == "solver":
-        for names in _spread_ladder(problem, problem.segment_ladder(), LADDER_POINTS):
-            sets.append(("solver segments", names))
+        ladder = problem.ladder()
+        for i in _spread_ladder(problem, ladder, LADDER_POINTS):
+            sets.append((f"{LADDER_LABEL} {i + 1}/{len(ladder)}", ladder[i]))
         # fewer checkpoints than articulation points: half of them evenly
         # spaced, then Chen's sets; with mirror's, the solver's frontier is
         # at or below the other two algorithms' at every budget
@@ -510,6 +559,8 @@ def frontier(problem: Problem, algorithm: str, budgeted: bool = True) -> list:
     # point whose 'both' fallback would have put it on the frontier is lost,
     # never a wrong figure kept)
     front = pareto(problem.exact(p) for p in pareto(pts))
+    if algorithm == "solver":
+        front = _refine(problem, front)
     _FRONTIERS[key] = front
     while len(_FRONTIERS) > CACHE_SIZE:
         _FRONTIERS.popitem(last=False)

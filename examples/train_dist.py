@@ -43,6 +43,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="rank 0 saves the final parameters here (.npz)")
     p.add_argument("--fail-rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--hang-rank", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--uneven", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     import symgraph as sg
@@ -59,6 +60,12 @@ def main(argv=None) -> int:
         print(f"rank {rank} hangs on purpose", flush=True)
         time.sleep(3600)
     import jax
+    # the store itself: a push sums over every process
+    kv.init("check", sg.nd.array(np.zeros(3, np.float32)))
+    kv.push("check", sg.nd.array(np.full(3, rank + 1, np.float32)))
+    total = sg.nd.array(np.zeros(3, np.float32))
+    kv.pull("check", out=total)
+    print(f"rank {rank}: kv push summed to {total.asnumpy()[0]:g}", flush=True)
     n_dev = args.devices or len(jax.local_devices())
     ctx = [sg.cpu(i) for i in range(n_dev)]
     if args.batch % workers:
@@ -70,6 +77,9 @@ def main(argv=None) -> int:
     y = (X[:, :4].argmax(1)).astype(np.float32)
 
     def data_iter():
+        if args.uneven:  # 3 batches in rank 0, 2 in rank 1: refused, not a hang
+            n = 3 * 8 - 8 * rank
+            return sg.io.NDArrayIter(X[:n], y[:n], batch_size=8)
         return sg.io.NDArrayIter(X, y, batch_size=args.batch // workers, shuffle=True, seed=7,
                                  part_index=rank, num_parts=workers)
 

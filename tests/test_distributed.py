@@ -60,6 +60,7 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path):
     for rank in (0, 1):
         assert f"[rank {rank}] rank {rank}/2: 2 device(s), resumed run differs by 0" \
             in run.stdout, run.stdout[-3000:]
+        assert f"[rank {rank}] rank {rank}: kv push summed to 3" in run.stdout  # 1 + 2
     assert os.path.exists(tmp_path / "ck" / "mlp-0002.params")  # rank 0 wrote it
     ref = subprocess.run([sys.executable, SCRIPT, "--devices", "4", "--out", str(one),
                           "--prefix", str(tmp_path / "ref" / "mlp")],
@@ -91,6 +92,17 @@ def test_a_failing_worker_ends_the_run(tmp_path):
                    "process(es)", run.stderr[-2000:]
     assert "[rank 1] RuntimeError: rank 1 fails on purpose" in run.stderr
     assert took < 60
+
+
+def test_parts_with_different_batch_counts_fail_in_every_rank(tmp_path):
+    """Parts giving different numbers of batches would leave a rank waiting
+    in a collective: fit refuses them in every process, at the start."""
+    run = _symgraph("launch", "-n", "2", "--timeout", "50", "--", sys.executable, SCRIPT,
+                    "--uneven", "--prefix", str(tmp_path / "mlp"))
+    assert run.returncode == 1
+    assert "differ in batches per epoch (rank 0: 3, rank 1: 2)" in run.stderr, \
+        run.stderr[-2000:]
+    assert run.stderr.strip().splitlines()[-1].startswith("symgraph: error: launch: rank ")
 
 
 def test_a_hanging_worker_ends_the_run(tmp_path):

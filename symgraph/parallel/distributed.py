@@ -203,6 +203,26 @@ def is_writer() -> bool:
     return jax.process_index() == 0
 
 
+def check_same_everywhere(value: int, what: str) -> None:
+    """DistributedError in every process when the processes' ``value``
+    differ (a process with fewer steps would leave the others waiting in a
+    collective for ever)."""
+    if not is_initialized():
+        return
+    import jax
+    import numpy as np
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
+    every = [int(v) for v in np.ravel(multihost_utils.process_allgather(
+        np.asarray([int(value)], np.int64)))]
+    if len(set(every)) > 1:
+        seen = ", ".join(f"rank {r}: {v}" for r, v in enumerate(every))
+        raise DistributedError(f"the processes differ in {what} ({seen}); every process must "
+                               f"run the same steps (give every part the same number of "
+                               f"batches)")
+
+
 def barrier(name: str = "symgraph_barrier") -> None:
     """Waits until every process reaches the barrier of this name."""
     if not is_initialized():

@@ -450,3 +450,36 @@ def test_public_names():
     assert sg.memory.parse_budget is B.parse_budget and sg.memory.ALGORITHMS == B.ALGORITHMS
     with pytest.raises(sg.BudgetError):
         sg.plan(sg.models.get_model("mlp"), {"data": (8, 784)}, train=True, budget=10)
+
+
+def test_a_symbol_file_mxnet_wrote_with_memonger_hints():
+    """tests/data/memonger-symbol.json: residual units saved by MXNet 1.9.1
+    with _set_attr(mirror_stage='True') on the stage ends (the adds) and
+    force_mirroring on two nodes (tests/data/make_mxnet_files.py)."""
+    import os
+    from helpers import ROOT
+    net = sg.sym.load(os.path.join(ROOT, "tests", "data", "memonger-symbol.json"))
+    nodes = {n.name: n for n in sg.memory.as_graph(net).nodes}
+    stages = {k for k, n in nodes.items() if n.attrs.get(B.STAGE_ATTR) == "True"}
+    assert stages == {"relu0", "_plus0", "_plus1", "_plus2"}
+    assert nodes["unit2_conv1"].attrs[B.FORCE_ATTR] == "True"
+    assert nodes["unit1_relu2"].attrs[B.FORCE_ATTR] == "False"
+    shapes = {"data": (2, 3, 8, 8)}
+    p = sg.plan(net, shapes, train=True, recompute="mirror")
+    names = {r["name"] for r in p.recompute}
+    assert "unit2_conv1" in names and "unit1_relu2" not in names
+    # memonger's plan: everything but some stage ends recomputed, convolutions too
+    assert {"unit1_conv1", "unit3_conv1"} <= names
+    g, inf, n_fwd, _ = sg.memory.build_graph(net, shapes, True)
+    problem = B.Problem(g, inf, n_fwd)
+    # the plan is memonger's plan at the threshold giving the least memory
+    # (clones no backward node reads pruned)
+    pts = [problem.exact(problem.evaluate(s, label)) for label, s in problem.mirror_sets()]
+    best = min(pts, key=lambda q: (q.internal, q.extra_flops))
+    assert set(best.names) == names and p.internal["arena"] == best.internal
+    # some stage end is kept (a checkpoint), and at threshold 0 all are
+    assert stages - names
+    assert B.memonger_keep(problem.candidates, problem.bytes, 0) == stages
+    full = sg.plan(net, shapes, train=True)
+    assert p.total < full.total
+    p.check_arena()

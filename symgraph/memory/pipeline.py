@@ -114,6 +114,18 @@ class Plan:
         return sum(self.buckets.values()) + self.internal[self.strategy]
 
     @property
+    def predicted(self) -> int:
+        """The predicted footprint (bytes) of the program a Module runs for
+        this plan -- XLA's temp + argument + output - alias, from the plan
+        alone (``memory/predict.py``; docs/memory.md, "A footprint you can
+        predict")."""
+        got = self.__dict__.get("_predicted")
+        if got is None:
+            from .predict import predict
+            got = self.__dict__["_predicted"] = predict(self).total
+        return got
+
+    @property
     def fused_groups(self) -> list:
         """Node ids of each fused group (members in order, root last)."""
         return [list(g) for g in self.fusion.groups]

@@ -9,6 +9,7 @@ The JSON form is exactly::
      "total": int, "budget": int or null,
      "recompute": [{"name": str, "op": str, "bytes": int, "flops": int}],
      "extra_flops": int, "step_flops": int, "algorithm": str or null,
+     "predicted": int,
      "xla": {"temp": int, "argument": int, "output": int, "alias": int,
              "program": {"program": str, "devices": int, "backend": str,
                          "optimizer": str (training), "measures": [names]}} or null,
@@ -22,7 +23,9 @@ nodes dropped after the forward and computed again in the backward
 ``extra_flops`` their sum, ``step_flops`` the FLOPs of the training step
 without recompute (of the graph planned, in inference), ``algorithm`` the
 one that chose them (mirror, sqrt, solver, explicit, none; null without a
-budget or recompute).
+budget or recompute). ``predicted`` is the footprint predicted for the
+program ``xla`` is the figure of (temp + argument + output - alias), from
+the plan alone (``Plan.predicted``, memory/predict.py).
 
 A plan made with ``group2ctx`` also has ``"devices"``: one object per
 device that runs anything, ``{"device": "cpu(1)", "groups": [str], "ops":
@@ -65,6 +68,7 @@ def report_json(plan) -> dict:
         "extra_flops": int(plan.extra_flops),
         "step_flops": int(plan.step_flops or 0),
         "algorithm": plan.algorithm,
+        "predicted": int(plan.predicted),
         "xla": None if plan.xla is None else dict(plan.xla),
         "verified": True,
         **({} if plan.devices is None else {"devices": plan.devices.to_json()}),
@@ -155,4 +159,9 @@ def report_text(plan) -> str:
         lines.append(f"xla memory_analysis of {what}:")
         lines.append("  " + ", ".join(f"{k} {_mib(x[k])} MiB"
                                       for k in ("temp", "argument", "output", "alias")) + ratio)
+    fig = None if plan.xla is None or plan.xla.get("temp") is None else \
+        plan.xla["argument"] + plan.xla["output"] - (plan.xla["alias"] or 0) + plan.xla["temp"]
+    vs = f" ({plan.predicted / fig:.3f}x XLA's {_mib(fig)} MiB)" if fig else ""
+    lines.append(f"predicted footprint of the program (temp + argument + output - alias): "
+                 f"{_mib(plan.predicted)} MiB{vs}")
     return "\n".join(lines)

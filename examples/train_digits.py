@@ -38,7 +38,11 @@ def parse_args(argv=None):
 def load_data(seed: int = 0, image: bool = False):
     """(train x, train y, test x, test y): pixels scaled to [0, 1]."""
     import numpy as np
-    from sklearn.datasets import load_digits
+    try:
+        from sklearn.datasets import load_digits
+    except ModuleNotFoundError:
+        sys.exit("train_digits.py: the digits come with scikit-learn, which is not installed: "
+                 "pip install 'symgraph[examples]' (or pip install scikit-learn)")
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)
     y = digits.target.astype(np.float32)

@@ -22,29 +22,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(os.path.dirname(HERE), "docs", "images")
 
 
-def small_convnet():
-    """Two conv/BN/ReLU/pool stages and a classifier: big enough to show op
-    families, fused chains and storage reuse, small enough to read."""
-    s = sg.sym
-    x = s.Variable("data")
-    for i, filters in enumerate((16, 32), start=1):
-        x = s.Convolution(data=x, kernel=(3, 3), pad=(1, 1), num_filter=filters,
-                          name=f"conv{i}")
-        x = s.BatchNorm(data=x, name=f"bn{i}")
-        x = s.Activation(data=x, act_type="relu", name=f"relu{i}")
-        x = s.Pooling(data=x, kernel=(2, 2), stride=(2, 2), pool_type="max", name=f"pool{i}")
-    x = s.Flatten(data=x, name="flatten")
-    x = s.FullyConnected(data=x, num_hidden=10, name="fc")
-    return s.SoftmaxOutput(data=x, name="softmax")
-
-
 CONV_SHAPE = {"data": (32, 3, 32, 32)}
 
 
 def main(out_dir: str = DEFAULT_OUT) -> list[str]:
     """Writes the pictures into ``out_dir``; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
-    conv = small_convnet()
+    conv = sg.models.get_model("convnet")  # symgraph zoo convnet -o convnet.json
     mlp = sg.models.get_model("mlp")
     written = []
 

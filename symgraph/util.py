@@ -116,3 +116,44 @@ def short_repr(value, limit: int = 80) -> str:
         text = f"<a {type(value).__name__}>"
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+@contextmanager
+def busy(message: str, stream=None, interval: float = 0.1):
+    """A spinner with the seconds spent, on ``stream`` (stderr) while a slow
+    step runs (XLA compiling a program takes 10 s and more). Only on a
+    terminal, and erased when the step ends: a pipe, a log or a test
+    capturing stderr sees nothing, so an error stays one line."""
+    import sys
+    import threading
+    import time
+    stream = sys.stderr if stream is None else stream
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # a closed or odd stream
+        tty = False
+    if not tty:
+        yield
+        return
+    done = threading.Event()
+    start = time.monotonic()
+    width = [0]
+
+    def spin():
+        frames = "|/-\\"
+        k = 0
+        while not done.wait(0 if k == 0 else interval):
+            line = f"{frames[k % 4]} {message} ({time.monotonic() - start:.0f} s)"
+            width[0] = max(width[0], len(line))
+            stream.write("\r" + line)
+            stream.flush()
+            k += 1
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        stream.write("\r" + " " * width[0] + "\r")
+        stream.flush()

@@ -153,11 +153,16 @@ def run(args) -> int:
              group2ctx=group2ctx)
     if not args.no_xla:
         from .. import xla
-        p.xla = xla.plan_memory(p, measures)
+        from ..util import busy
+        what = "training step" if args.train else "inference program"
+        with busy(f"XLA is compiling the Module's {what} for its memory figures"):
+            p.xla = xla.plan_memory(p, measures)
     breakdown = None
     if args.breakdown:
         from .. import xla
-        breakdown = xla.memory_breakdown(xla.plan_step(p, measures), graph=p)
+        from ..util import busy
+        with busy("XLA is compiling the program whose temp --breakdown reads"):
+            breakdown = xla.memory_breakdown(xla.plan_step(p, measures), graph=p)
     if args.json:
         doc = p.to_json()
         if breakdown is not None:

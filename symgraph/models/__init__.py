@@ -24,7 +24,7 @@ from typing import Callable
 from ..errors import SymgraphError
 from ..ops.registry import numel
 from ..symbol import NameManager, Symbol
-from . import alexnet, googlenet, inception_bn, inception_v3, mlp, resnet, vgg
+from . import alexnet, convnet, googlenet, inception_bn, inception_v3, mlp, resnet, vgg
 
 
 class ModelError(SymgraphError):
@@ -70,6 +70,9 @@ for _d in (20, 56, 110, 164):
          f"ResNet-{_d} v2 for CIFAR-sized images", image_shape=(3, 32, 32), num_classes=10)
 _add("mlp", lambda c, s: mlp.get_symbol(c, s), "MLP 128-64, MNIST-sized",
      image_shape=(1, 28, 28), num_classes=10)
+_add("convnet", lambda c, s: convnet.get_symbol(c, s),
+     "two conv/BN/ReLU/pool stages and a classifier (docs/cli.md's pictures)",
+     image_shape=(3, 32, 32), num_classes=10)
 
 # any depth: resnet-N, resnet-v1-N, resnet-cifar-N, resnet-v1-cifar-N
 _RESNET_NAME = re.compile(r"^resnet-(v1-)?(cifar-)?(\d+)$")

@@ -11,10 +11,10 @@ aux_params)``.
 """
 from __future__ import annotations
 
-import logging
 import time
 from collections import namedtuple
 
+from ..log import get_logger
 from .checkpoint import save_checkpoint
 
 BatchEndParam = namedtuple("BatchEndParams", ["epoch", "nbatch", "eval_metric", "locals"])
@@ -48,7 +48,7 @@ def log_train_metric(period: int, auto_reset: bool = False):
     def _callback(param):
         if param.nbatch % period == 0 and param.eval_metric is not None:
             for name, value in param.eval_metric.get_name_value():
-                logging.info("Iter[%d] Batch[%d] Train-%s=%f", param.epoch, param.nbatch,
+                get_logger().info("Iter[%d] Batch[%d] Train-%s=%f", param.epoch, param.nbatch,
                              name, value)
             if auto_reset:
                 param.eval_metric.reset_local()
@@ -65,7 +65,7 @@ class Speedometer:
         self.batch_size = int(batch_size)
         self.frequent = int(frequent)
         self.auto_reset = auto_reset
-        self.logger = logger or logging
+        self.logger = logger or get_logger()
         self.init = False
         self.tic = 0.0
         self.last_count = 0
@@ -176,4 +176,4 @@ class LogValidationMetricsCallback:
         if not param.eval_metric:
             return
         for name, value in param.eval_metric.get_global_name_value():
-            logging.info("Epoch[%d] Validation-%s=%f", param.epoch, name, value)
+            get_logger().info("Epoch[%d] Validation-%s=%f", param.epoch, name, value)

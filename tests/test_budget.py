@@ -3,7 +3,6 @@ recompute algorithms, the budgeted plan and its guarantees (fits, verified,
 arena run matches, monotone in the budget, same outputs and gradients), the
 CLI's errors, and MXNet's mirror attributes from a symbol file."""
 import json
-import random
 
 import numpy as np
 import pytest

@@ -184,7 +184,6 @@ class Problem:
         self.opts = dict(strategy=strategy, fuse=fuse, schedule=schedule,
                          match_range=match_range, parallel_safe=parallel_safe)
         self.fwd = forward_nodes(full, num_forward_outputs)
-        self.pos = {n.name: i for i, n in enumerate(self.fwd)}
         kept_out = {id(e.node) for e in full.outputs[:num_forward_outputs]}
         self.bytes = {}
         self.flops = {}
@@ -208,8 +207,9 @@ class Problem:
 
     def _articulation(self) -> list:
         """Positions (in ``fwd``) of candidate nodes every later forward
-        computation depends on only through their outputs."""
-        fwd, pos = self.fwd, self.pos
+        computation depends on only through their outputs: after them, no
+        other op node's output is still needed (variables are kept anyway)."""
+        fwd = self.fwd
         last = {n.name: i for i, n in enumerate(fwd)}
         for i, n in enumerate(fwd):
             for e in n.inputs:
@@ -226,7 +226,6 @@ class Problem:
                 ends[last[n.name]] = ends.get(last[n.name], 0) + 1
                 if active == 1 and n.name in self.cand_names:
                     out.append(i)
-        del pos
         return out
 
     def segments(self) -> list:

@@ -392,7 +392,8 @@ def test_example_trains_placed_like_one_device(capsys):
     ex = load_script("examples", "model_parallel.py")
     assert ex.main(["--steps", "2", "--batch-size", "8"]) == 0
     out = capsys.readouterr().out
-    assert "largest parameter difference, two devices vs one: 0\n" in out
+    diff = float(out.split("two devices vs one: ")[1].split()[0])
+    assert diff < 1e-5  # float32 rounding: the stages' programs are not the one program
     assert "conv0_weight       on [1]" in out and "fc2_weight         on [2]" in out
 
 

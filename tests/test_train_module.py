@@ -549,8 +549,8 @@ def test_kvstore_errors():
         kv.init("a", sg.nd.array(np.zeros(2)))
     with pytest.raises(kvs.KVStoreError, match="shape"):
         kv.push("a", sg.nd.array(np.zeros(3)))
-    for name in ("dist_sync", "dist_async", "dist_device_sync"):
-        with pytest.raises(kvs.KVStoreError, match="not support yet"):
+    for name in ("dist_async", "dist_device_sync"):  # dist_sync: tests/test_distributed.py
+        with pytest.raises(kvs.KVStoreError, match="supports 'dist_sync'"):
             sg.kv.create(name)
     with pytest.raises(kvs.KVStoreError, match="unknown kvstore type"):
         sg.kv.create("shared")

@@ -261,3 +261,19 @@ def test_ndarray_iter_part_arguments():
         sg.io.NDArrayIter(X, batch_size=2, part_index=2, num_parts=2)
     with pytest.raises(TrainError, match="needs seed="):
         sg.io.NDArrayIter(X, batch_size=2, shuffle=True, part_index=0, num_parts=2)
+
+
+def test_bench_train_process_rows_arguments_and_table():
+    from symgraph.bench import train
+    assert train.parse_args([]).processes == 2
+    assert train.parse_args(["--quick"]).processes == 0
+    assert train.parse_args(["--quick", "--processes", "3"]).processes == 3
+    with pytest.raises(sg.SymgraphError, match="--processes must be 0 or more"):
+        train.parse_args(["--processes", "-1"])
+    row = {"net": "vgg", "batch": 8, "processes": 2, "devices_per_process": 1,
+           "samples_per_s": 53.2, "step_ms": 150.2, "one_process_samples_per_s": 129.0,
+           "one_process_step_ms": 62.1, "ratio": 53.2 / 129.0, "max_rel_param_diff": 0.0}
+    lines = train.process_markdown([row])
+    assert "## Several processes" in lines
+    assert "| vgg | 2 x 1 | 8 | 53 | 129 | 0.41 | 150.20 / 62.10 | 0.0e+00 |" in lines
+    assert train.process_markdown([]) == []

@@ -693,6 +693,8 @@ class Module:
         prog = self._programs.update(self._optimizer)
         self._params, self._opt_states = prog(self._params, self._grads, self._opt_states,
                                               self._scalar(lr), self._scalar(t))
+        if self._devices.processes > 1:  # as train_step: wait for each step across processes
+            jax.block_until_ready(self._params)
         if any(self._grad_req.get(k) == "add" for k in self._grads):
             self._grads = {k: v for k, v in self._grads.items()
                            if self._grad_req.get(k) == "add"}

@@ -199,3 +199,32 @@ def test_predicted_footprint_is_near_xlas(train):
 @pytest.mark.parametrize("train", [True, False])
 def test_predicted_footprint_of_a_tiny_net(train):
     check_prediction(conv_net(), {"data": (8, 3, 32, 32)}, train, SMALL_TOLERANCE)
+
+
+def test_xla_above_the_budget_steps_the_batch_down(monkeypatch):
+    """XLA's figure stood in by a function of the batch (no compile): the
+    batch steps down until the figure fits, and the notes say so."""
+    from symgraph.memory import maxbatch
+    net = conv_net()
+    budget = total_at(net, 40)
+    seen = []
+
+    def figure(plan, optimizer=None):
+        b = plan.shapes["data"][0]
+        seen.append(b)
+        return budget + (b - 30) * 1000  # above the budget above batch 30
+    monkeypatch.setattr(maxbatch, "xla_footprint", figure)
+    r = max_batch(net, SHAPE, budget, recompute=False, progress=False)
+    assert r.plan_batch == 40 and r.batch == 30 and r.xla == budget
+    assert seen[0] == 40 and seen[-1] == 30 and len(seen) <= 11
+    assert any("stepped down to batch 30" in n for n in r.notes)
+    # batch 1 fits the plans but not XLA's figure: a BudgetError naming it
+    monkeypatch.setattr(maxbatch, "xla_footprint", lambda p, o=None: budget + 1)
+    with pytest.raises(BudgetError, match="XLA's program needs"):
+        max_batch(net, SHAPE, budget, recompute=False, progress=False)
+
+
+def test_the_limit_stops_the_search():
+    r = max_batch(conv_net(), SHAPE, 10 ** 12, recompute=False, xla=False, progress=False,
+                  limit=16)
+    assert r.batch == 16 and any("limit" in n for n in r.notes)

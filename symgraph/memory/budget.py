@@ -31,8 +31,9 @@ Three algorithms (``ALGORITHMS``) propose recompute sets:
 - ``solver``: a frontier over the segments between articulation points:
   per segment keep everything, recompute its cheap ops, or recompute all
   but the checkpoint closing it, taken in order of extra FLOPs per byte
-  saved (the convex hull of a multiple-choice knapsack); then fewer
-  checkpoints (Chen's sets at k = all .. 1); plus the mirror and sqrt sets.
+  saved (the convex hull of a multiple-choice knapsack), refined halfway
+  between neighbours; then fewer checkpoints (every 2nd, 3rd articulation
+  point); plus every mirror and sqrt set.
 
 Every candidate is planned for real and the candidates form a Pareto
 frontier (extra FLOPs ascending, internal bytes strictly descending); a
@@ -498,13 +499,18 @@ def candidate_sets(problem: Problem, algorithm: str, budgeted: bool) -> list:
         ladder = problem.ladder()
         for i in _spread_ladder(problem, ladder, LADDER_POINTS):
             sets.append((f"{LADDER_LABEL} {i + 1}/{len(ladder)}", ladder[i]))
-        # fewer checkpoints than articulation points: half of them evenly
-        # spaced, then Chen's sets; with mirror's, the solver's frontier is
-        # at or below the other two algorithms' at every budget
-        arts = len(problem.articulation)
-        if arts >= 4:
-            sets.append((f"solver k={arts // 2}",
-                         problem.checkpoint_set(problem.even_checkpoints(arts // 2))))
+        # fewer checkpoints than articulation points: the ladder's end with
+        # every m-th articulation point kept (m = 2, 3; the outputs that
+        # end a segment are then computed again too, e.g. the convolution
+        # before a ResNet unit's add), then Chen's sets; with mirror's, the
+        # solver's frontier is at or below the other two algorithms' at
+        # every budget
+        arts = [problem.fwd[i].name for i in problem.articulation]
+        end = ladder[-1] if ladder else []
+        for m in (2, 3):
+            if len(arts) >= 2 * m:
+                sets.append((f"solver merge {m}",
+                             end + [a for i, a in enumerate(arts) if i % m]))
         sets += _sqrt_sets(problem, True)
         sets += problem.mirror_sets()
         sets.append(("all", [n.name for n in problem.candidates]))

@@ -42,7 +42,7 @@ gets a larger total: the frontier does not depend on the budget. Frontiers
 are cached per (graph, shapes, strategy, options).
 
 ResNet-152 training (batch 32, 224x224) plans under any budget with the
-solver in about 2.0 s of CPU on the project's 2-core machine (20 real plans
+solver in about 2.5-3.3 s of CPU on the project's 2-core machine (24 real plans
 for the frontier; docs/memory.md, "Budgets and recompute").
 """
 from __future__ import annotations

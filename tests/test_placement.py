@@ -410,3 +410,16 @@ def test_viz_draws_the_copies(tmp_path, net_file, capsys):
     assert main(["viz", net_file, "--train", "--group2ctx", "stage1=cpu:1,stage2=cpu:2",
                  "-o", out]) == 0
     assert open(out).read().count("_CrossDeviceCopy") == 2
+
+
+def test_bench_train_stage_rows():
+    from symgraph.bench import train
+    row = train.measure_stages("vgg", 8, 2, image=8, steps=1, rounds=1)
+    assert (row["net"], row["stages"], row["batch"]) == ("vgg", 2, 8)
+    assert row["group2ctx"] == {"stage1": "cpu(1)", "stage2": "cpu(2)"}
+    assert row["samples_per_s"] > 0 and row["one_device_samples_per_s"] > 0
+    assert row["max_rel_param_diff"] < 1e-4  # the same training, placed
+    assert 0 < row["peak_vs_one_device"] < 1
+    md = "\n".join(train.stage_markdown([row]))
+    assert "## Model parallel" in md and "| vgg | 2 | 8 |" in md
+    assert train.parse_args(["--quick"]).stages == 0 and train.parse_args([]).stages == 2

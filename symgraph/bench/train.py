@@ -3,7 +3,7 @@
 step written by hand for the same net, measured side by side in one run.
 
     symgraph bench train [--nets resnet,vgg] [--batch 32,64,128]
-        [--devices 1,2,4,8] [--processes 2] [--image 32] [--steps 3]
+        [--devices 1,2,4,8] [--processes 2] [--stages 2] [--image 32] [--steps 3]
         [--rounds 5] [--out DIR] [--quick]
     python benchmarks/train_throughput.py [the same arguments]
 
@@ -35,9 +35,19 @@ unless given): for every net and batch, the same ``Module.train_step`` in
 N processes of one CPU device each under ``symgraph launch``
 (kvstore='dist_sync', each process feeding its part of the batch) beside
 one process of N CPU devices, both started fresh in this run as
-subprocesses with the same steps and rounds; the table gives both
+subprocesses with the same steps and rounds, twice each in alternating
+order (once with ``--quick``), the best of each kept; the table gives both
 samples/s, their ratio and the largest relative difference of the
 parameters the two end with.
+
+Model parallel (``--stages N``, default 2, off with ``--quick`` unless
+given): for every net and batch, ``Module.train_step`` with the net split
+into N stages by ``symgraph plan --split N`` (memory/devices.py) on
+simulated CPU devices 1..N (``group2ctxs``) beside the same Module on one
+device, in this process, alternating rounds; the table gives both
+samples/s, their ratio, the largest relative difference of the parameters
+the two end with, and the split's largest per-device peak against one
+device.
 
 On a CPU-only machine the devices are simulated CPU devices (8, asked for
 with ``jax_num_cpu_devices`` before the JAX backend starts, unless XLA_FLAGS
@@ -320,6 +330,10 @@ def parse_args(argv):
     p.add_argument("--processes", type=int, default=None,
                    help="rows for N processes of one CPU device each beside one process "
                         "of N devices (default 2; 1 or 0: none; --quick: none)")
+    p.add_argument("--stages", type=int, default=None,
+                   help="rows for the net split into N model-parallel stages on N CPU devices "
+                        "(group2ctxs) beside one device (default 2; 1 or 0: none; --quick: "
+                        "none)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true",
                    help="tiny defaults for a smoke test: batch 8, 8x8 images, 1 and 2 "
@@ -333,11 +347,14 @@ def parse_args(argv):
     defaults = dict(batch=[8], devices=[1, 2], image=8, steps=2, rounds=1) if args.quick else \
         dict(batch=[32, 64, 128], devices=[1, 2, 4, 8], image=32, steps=3, rounds=5)
     defaults["processes"] = 0 if args.quick else 2
+    defaults["stages"] = 0 if args.quick else 2
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
     if args.processes < 0:
         p.error(f"--processes must be 0 or more, got {args.processes}")
+    if args.stages < 0:
+        p.error(f"--stages must be 0 or more, got {args.stages}")
     if min(args.image, args.steps, args.rounds) < 1:
         p.error("--image, --steps and --rounds must be positive")
     return args
@@ -388,6 +405,7 @@ def markdown(result: dict) -> str:
         lines += ["", f"Geometric mean ratio: {float(np.exp(np.mean(np.log(ratios)))):.2f} "
                   f"(min {min(ratios):.2f}, max {max(ratios):.2f})."]
     lines += process_markdown(result.get("process_rows") or [])
+    lines += stage_markdown(result.get("stage_rows") or [])
     return "\n".join(lines) + "\n"
 
 
@@ -492,9 +510,10 @@ def worker(args) -> int:
     return 0
 
 
-def measure_processes(net: str, batch: int, processes: int, args, folder: str) -> dict:
+def measure_processes(net: str, batch: int, processes: int, args, folder: str,
+                      pairs: int = 2) -> dict:
     """N processes x 1 CPU device under ``symgraph launch`` beside 1
-    process x N CPU devices, each a fresh subprocess."""
+    process x N CPU devices: ``pairs`` fresh runs of each, alternating."""
     import subprocess
     common = ["-m", "symgraph.bench.train", "--nets", net, "--batch", str(batch),
               "--image", str(args.image), "--steps", str(args.steps),
@@ -507,20 +526,25 @@ def measure_processes(net: str, batch: int, processes: int, args, folder: str) -
         [f for f in env.get("XLA_FLAGS", "").split()
          if "xla_force_host_platform_device_count" not in f] +
         [f"--xla_force_host_platform_device_count={processes}"]))
-    runs = [([sys.executable, *common, "--worker", one_out], one_env),
-            ([sys.executable, "-m", "symgraph.cli", "launch", "-n", str(processes),
-              "--devices-per-process", "1", "--timeout", "900", "--",
-              sys.executable, *common, "--worker", many_out], env)]
-    for cmd, run_env in runs:
-        done = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=1000)
-        if done.returncode != 0:
-            tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise BenchError(f"bench train: the {processes}-process row of {net} batch "
-                               f"{batch} failed: {tail}")
-    with open(one_out) as f:
-        one = json.load(f)
-    with open(many_out) as f:
-        many = json.load(f)
+    runs = [("one", [sys.executable, *common, "--worker", one_out], one_env),
+            ("many", [sys.executable, "-m", "symgraph.cli", "launch", "-n", str(processes),
+                      "--devices-per-process", "1", "--timeout", "900", "--",
+                      sys.executable, *common, "--worker", many_out], env)]
+    best: dict = {}
+    # fresh processes per side, alternating which goes first; each side's best kept
+    for i in range(pairs):
+        for side, cmd, run_env in (runs if i % 2 == 0 else runs[::-1]):
+            done = subprocess.run(cmd, env=run_env, capture_output=True, text=True,
+                                  timeout=1000)
+            if done.returncode != 0:
+                tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+                raise BenchError(f"bench train: the {processes}-process row of {net} batch "
+                                 f"{batch} failed: {tail}")
+            with open(one_out if side == "one" else many_out) as f:
+                got = json.load(f)
+            if side not in best or got["samples_per_s"] > best[side]["samples_per_s"]:
+                best[side] = got
+    one, many = best["one"], best["many"]
     with np.load(one_out + ".npz") as a, np.load(many_out + ".npz") as b:
         diff = max(float(np.max(np.abs(a[k] - b[k])) / (np.max(np.abs(a[k])) or 1.0))
                    for k in a.files)
@@ -533,6 +557,73 @@ def measure_processes(net: str, batch: int, processes: int, args, folder: str) -
             "one_process_step_ms": one["step_ms"],
             "ratio": many["samples_per_s"] / one["samples_per_s"],
             "max_rel_param_diff": diff}
+
+
+def measure_stages(net: str, batch: int, stages: int, image: int, steps: int, rounds: int,
+                   seed: int = 0) -> dict:
+    """``Module.train_step`` of ``net`` split into ``stages`` stages on CPU
+    devices 1..stages beside one device, alternating rounds, best kept."""
+    from ..memory.devices import split as split_net
+    build, _ = NETS[net]
+    shape = (batch, 3, image, image)
+    _, sp = split_net(build(), {"data": shape}, stages)
+    symbol = sg.sym.Symbol(sp.graph().outputs)  # with the proposed ctx_group attributes
+    devs = jax.devices()
+    g2c = {g: sg.Context.of(devs[i + 1]) for i, g in enumerate(sp.group2ctx)}
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=shape).astype(np.float32)
+    y = rng.integers(0, CLASSES, batch).astype(np.float32)
+    runs = {}
+    for side, kw in (("one", {}), ("stages", {"group2ctxs": g2c})):
+        mod = sg.mod.Module(symbol, context=sg.Context.of(devs[0]), **kw)
+        mod.bind([("data", shape)], [("softmax_label", y.shape)])
+        mod.init_params(sg.init.Xavier(magnitude=2.0), seed=seed)
+        mod.init_optimizer(optimizer="sgd", optimizer_params={"learning_rate": LR,
+                                                              "momentum": MOMENTUM})
+        placed = mod.prepare_batch(sg.io.DataBatch([x], [y]))
+
+        def step(mod=mod, placed=placed):
+            mod.train_step(placed)
+            return mod._outputs
+        t0 = time.perf_counter()
+        jax.block_until_ready(step())
+        runs[side] = {"mod": mod, "step": step, "first": time.perf_counter() - t0,
+                      "best": float("inf")}
+    for i in range(rounds):  # alternating which side goes first
+        for side in (("one", "stages") if i % 2 == 0 else ("stages", "one")):
+            runs[side]["best"] = min(runs[side]["best"], _timed(runs[side]["step"], steps))
+    a, b = (runs[s]["mod"].get_params()[0] for s in ("one", "stages"))
+    diff = max(float(np.max(np.abs(a[k].asnumpy() - b[k].asnumpy())) /
+                     (np.max(np.abs(a[k].asnumpy())) or 1.0)) for k in a)
+    sps = {s: batch * steps / runs[s]["best"] for s in runs}
+    return {"net": net, "batch": batch, "stages": stages,
+            "group2ctx": {k: str(v) for k, v in g2c.items()}, "cut_after": sp.cut_after,
+            "samples_per_s": sps["stages"], "one_device_samples_per_s": sps["one"],
+            "ratio": sps["stages"] / sps["one"],
+            "step_ms": 1e3 * runs["stages"]["best"] / steps,
+            "one_device_step_ms": 1e3 * runs["one"]["best"] / steps,
+            "first_step_s": runs["stages"]["first"], "max_rel_param_diff": diff,
+            "peak_vs_one_device": sp.ratio}
+
+
+def stage_markdown(rows: list) -> list[str]:
+    if not rows:
+        return []
+    lines = ["", "## Model parallel", "",
+             "`Module.train_step` of the net split into N stages by `symgraph plan --split N` "
+             "(`group2ctxs`, one simulated CPU device per stage) beside the same Module on one "
+             "device, in one process, alternating rounds. *ratio* = stages / one device; "
+             "*param diff*: largest relative difference of the parameters the two end with; "
+             "*peak*: the split's largest per-device plan total / the one-device plan's.", "",
+             "| net | stages | batch | samples/s | one device samples/s | ratio | "
+             "ms/step (stages / one) | param diff | peak |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in rows:
+        lines.append(f"| {r['net']} | {r['stages']} | {r['batch']} | "
+                     f"{r['samples_per_s']:,.0f} | {r['one_device_samples_per_s']:,.0f} | "
+                     f"{r['ratio']:.2f} | {r['step_ms']:.2f} / {r['one_device_step_ms']:.2f} | "
+                     f"{r['max_rel_param_diff']:.1e} | {r['peak_vs_one_device']:.3f}x |")
+    return lines
 
 
 def process_markdown(rows: list) -> list[str]:
@@ -582,13 +673,26 @@ def main(argv=None) -> int:
                 for batch in args.batch:
                     if batch % args.processes:
                         continue
-                    r = measure_processes(net, batch, args.processes, args, folder)
+                    r = measure_processes(net, batch, args.processes, args, folder,
+                                          pairs=1 if args.quick else 2)
                     process_rows.append(r)
                     print(f"{net:7s} {r['processes']} processes x 1 device batch={batch:4d}  "
                           f"{r['samples_per_s']:9.0f}/s  one process x {r['processes']} "
                           f"devices {r['one_process_samples_per_s']:9.0f}/s  ratio "
                           f"{r['ratio']:.2f}  param diff {r['max_rel_param_diff']:.1e}",
                           flush=True)
+    stage_rows = []
+    if args.stages > 1 and args.stages < len(available):
+        for net in args.nets:
+            for batch in args.batch:
+                r = measure_stages(net, batch, args.stages, args.image, args.steps,
+                                   args.rounds)
+                stage_rows.append(r)
+                print(f"{net:7s} {r['stages']} stages batch={batch:4d}  "
+                      f"{r['samples_per_s']:9.0f}/s  one device "
+                      f"{r['one_device_samples_per_s']:9.0f}/s  ratio {r['ratio']:.2f}  "
+                      f"param diff {r['max_rel_param_diff']:.1e}  peak "
+                      f"{r['peak_vs_one_device']:.3f}x", flush=True)
     for net, dev, batch in runnable:
         row = measure(net, batch, available[:dev], args.image, args.steps, args.rounds)
         rows.append(row)
@@ -606,11 +710,13 @@ def main(argv=None) -> int:
                      "numpy": np.__version__},
         "config": {"nets": args.nets, "batch": args.batch, "devices": args.devices,
                    "image": args.image, "steps": args.steps, "rounds": args.rounds,
-                   "quick": args.quick, "lr": LR, "momentum": MOMENTUM},
+                   "quick": args.quick, "lr": LR, "momentum": MOMENTUM,
+                   "stages": args.stages},
         "skipped": (f"device counts {skipped}: this machine has {len(available)} "
                     f"{available[0].platform} device(s)") if skipped else None,
         "rows": rows,
         "process_rows": process_rows,
+        "stage_rows": stage_rows,
     }
     os.makedirs(args.out, exist_ok=True)
     atomic_write_text(os.path.join(args.out, "results.json"), json.dumps(result, indent=1))

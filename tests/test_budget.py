@@ -482,3 +482,25 @@ def test_a_symbol_file_mxnet_wrote_with_memonger_hints():
     full = sg.plan(net, shapes, train=True)
     assert p.total < full.total
     p.check_arena()
+
+
+def test_mirror_never_recomputes_random_ops_and_honours_force_false():
+    x = S.Variable("data")
+    h = S.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=4, name="c1")
+    h = S.BatchNorm(h, name="bn", attr={"force_mirroring": "False"})
+    h = S.Activation(h, act_type="relu", name="r1")
+    h = S.Dropout(h, p=0.5, name="drop", attr={"force_mirroring": "True"})
+    h = S.Convolution(h, kernel=(3, 3), pad=(1, 1), num_filter=4, name="c2",
+                      attr={"force_mirroring": "True"})
+    h = S.Activation(h, act_type="tanh", name="r2")
+    net = S.SoftmaxOutput(S.FullyConnected(S.Flatten(h), num_hidden=3, name="fc"), name="sm")
+    g = sg.memory.as_graph(net)
+    assert {n.name: n.attrs.get(B.FORCE_ATTR) for n in g.nodes if n.op is not None}["bn"] \
+        == "False"
+    p = sg.plan(net, {"data": (2, 3, 6, 6)}, train=True, mirror=True)
+    names = [r["name"] for r in p.recompute]
+    # Dropout would draw other units; the forced BatchNorm stays; the forced
+    # convolution is recomputed, the cheap ReLU/tanh by default
+    assert "drop" not in names and "bn" not in names
+    assert "c2" in names and "r2" in names
+    p.check_arena()

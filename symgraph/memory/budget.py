@@ -595,6 +595,11 @@ def choose(problem: Problem, algorithm: str, budget: int | None, fixed: int) -> 
         own = [problem.exact(problem.evaluate(names, label))
                for label, names in candidate_sets(problem, algorithm, False)[1:]]
         return min(own, key=lambda p: (p.internal, p.extra_flops))
+    # the frontier starts with no recompute (0 extra FLOPs): where that fits
+    # it is the answer, without planning the other candidates
+    none = problem.exact(problem.evaluate((), "none"))
+    if fixed + none.internal <= budget:
+        return none
     front = frontier(problem, algorithm, budgeted=True)
     for p in front:
         if fixed + p.internal <= budget:

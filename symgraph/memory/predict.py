@@ -22,7 +22,12 @@ can predict", has the measurements behind it):
   2. in training the fused step holds each parameter gradient in temp
      from the backward node that makes it until the update at the end:
      the prediction plans the gradients as internal tensors, where the
-     plan keeps them in their own bucket.
+     plan keeps them in their own bucket;
+  3. in training, the backward of a stride-1 max pooling holds one padded
+     partial gradient per window offset while it runs (``_workspace``);
+  4. in inference, a cheap group read only by one elementwise or injective
+     group (or, with channels-last activations, a pooling) is fused into
+     it and never stored (``_xla_fusion``).
 """
 from __future__ import annotations
 
@@ -141,6 +146,41 @@ def _arena(g, inf, fusion, schedule, external) -> int:
     return arena_mod.arena_plan(live, lb, fallback=both).total
 
 
+def _workspace(plan) -> list:
+    """Bytes XLA holds inside each step beyond the plan's tensors: the
+    backward of a stride-1 max pooling (the 3x3 pools of Inception blocks)
+    materialises one padded partial gradient per window offset
+    (``ops/nn.py``'s phase sum, which XLA fuses into one loop for strided
+    pools but not for these; measured: GoogLeNet's in4e pool, nine of
+    [8, 16, 16, 528])."""
+    import math
+
+    from ..ops.nn import _pool_geometry
+    g, inf = plan.graph, plan.inferred
+    out = []
+    for step in plan.steps:
+        w = 0
+        for nid in step:
+            n = g.nodes[nid]
+            if (n.op is None or n.op.name != "_backward_Pooling"
+                    or n.params.pool_type != "max" or n.params.global_pool):
+                continue
+            x = max((inf.shape(e) for e in n.inputs), key=math.prod)  # the pooled input
+            kernel, stride, pad, _, extra = _pool_geometry(n.params, x)
+            if any(v != 1 for v in stride):
+                continue
+            padded = math.prod(x[:2]) * math.prod(a + 2 * q + e for a, q, e
+                                                  in zip(x[2:], pad, extra))
+            w += math.prod(kernel) * padded * _itemsize(inf.dtype(n.inputs[0]))
+        out.append(w)
+    return out
+
+
+def _itemsize(dtype) -> int:
+    import numpy as np
+    return np.dtype(dtype).itemsize
+
+
 def predicted_temp(plan) -> tuple:
     """(bytes, recomputed node names): XLA's temp as the rule predicts it."""
     from ..passes.infer import infer_shapes
@@ -166,7 +206,8 @@ def predicted_temp(plan) -> tuple:
     p2 = plan_graph(g2, inf2, train=True, num_forward_outputs=plan.num_forward_outputs,
                     external=grads if early else (), fuse=plan.options.get("fuse", True),
                     schedule=schedule, verify=False, name=plan.net)
-    temp = p2.internal["arena"]
+    temp = max([p2.internal["arena"]] + [live + ws for live, ws in
+                                         zip(p2.profile, _workspace(p2)) if ws])
     if early:
         temp += max((entry_nbytes(inf2, e) for e in grads), default=0)
     return temp, names

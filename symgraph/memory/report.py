@@ -111,7 +111,8 @@ def report_text(plan) -> str:
         share = f" ({plan.extra_flops / step:.1%} of the step's {step:,})" if step else ""
         dropped = sum(r["bytes"] for r in plan.recompute)
         lines.append(f"  recompute ({plan.algorithm}): {len(plan.recompute)} forward tensors, "
-                     f"{_mib(dropped)} MiB of outputs; extra FLOPs {plan.extra_flops:,}{share}")
+                     f"{_mib(dropped)} MiB of forward outputs computed again in the backward; "
+                     f"extra FLOPs {plan.extra_flops:,}{share}")
     lines.append("")
     naive = internal["naive"] or 1
     lines.append(f"  {'internal by strategy':<22}{'bytes':>18}  {'MiB':>12}  {'vs naive':>9}")

@@ -17,9 +17,10 @@ The measures (docs/memory.md, "Plan vs XLA", has the measured effect of each):
   in the forward pass and keep the result alive until the backward;
   ``anchor_weights``: the same for the backward of Convolution,
   Deconvolution and FullyConnected only.
-- ``channels_last``: 4-D activations stay NHWC between the ops that have a
-  channels-last rule, so XLA's CPU convolutions need no transposed copy of
-  them (inputs and outputs stay NCHW).
+- ``channels_last``: the graph is lowered as ``passes.layout`` rewrites
+  it: convolutions channels-last and the ops after them following, so
+  XLA's CPU convolutions need no transposed copy of the activations
+  (inputs and outputs stay NCHW; the transposes are graph nodes).
 - ``split_wgrad``: the weight gradient of each convolution is the sum over
   the batch's two halves, the second tied to the first, so one half's
   batch-minor copies are alive at a time. Training only.
@@ -61,9 +62,25 @@ RESIDUAL_ADDS = ("elemwise_add", "_Plus", "_plus", "ElementWiseSum", "add_n", "b
 # gradient too: without it XLA computed backward work from the saved and
 # recomputed tensors early and kept the results (a 16-layer MLP, batch 512,
 # a checkpoint every 4 layers: temp 38 MiB plain, 26 MiB anchored, against
-# the plan's 18 MiB; a small ResNet: 21.1 -> 20.1 MiB, plan 18.8 MiB;
-# benchmarks/recompute_program.py)
+# the plan's 18 MiB). Residual nets also go channels-last: with the
+# scheduler and the anchor, three small ResNets' budgeted programs held
+# 8.0, 10.1 and 20.1 MiB against 9.5, 11.0 and 20.1 without channels-last
+# (plans 6.5, 10.0, 18.8 MiB; benchmarks/recompute_program.py).
 RECOMPUTE_ANCHOR = ("anchor",)
+RECOMPUTE_RESIDUAL = ("channels_last", "scheduler", "anchor")
+
+
+def recompute_measures(measures: tuple, backend: str | None = None) -> tuple:
+    """The rule's measure set for a training program that recomputes: on the
+    CPU, ``RECOMPUTE_RESIDUAL`` for residual conv nets, ``anchor`` added to
+    any other set; unchanged elsewhere (not measured on a GPU)."""
+    if (backend or jax.default_backend()) != "cpu":
+        return tuple(measures)
+    if tuple(measures) == CPU_RESIDUAL:
+        return RECOMPUTE_RESIDUAL
+    if "anchor" in measures or "anchor_weights" in measures:
+        return tuple(measures)
+    return tuple(measures) + RECOMPUTE_ANCHOR
 
 # the sets best_step tries (benchmarks, tests): each won on some net
 TRAIN_CANDIDATES = ((), ("scheduler",), ("anchor",), ("anchor_weights",),
@@ -134,15 +151,14 @@ def parse(spec) -> tuple | None:
 def resolve(spec, graph: Graph, train: bool, recompute: bool = False) -> tuple:
     """The measure set a program of ``graph`` is lowered with: the user's
     ``spec`` (see ``parse``) or, for None/'auto', ``default_measures``,
-    with ``anchor`` added on the CPU for a training program that recomputes
-    (``recompute``; see ``RECOMPUTE_ANCHOR``).
+    changed by ``recompute_measures`` for a training program that
+    recomputes (``recompute``).
     ``split_wgrad`` is dropped in inference (there is no weight gradient)."""
     ms = parse(spec)
     if ms is None:
         ms = default_measures(graph, train)
-        if (train and recompute and jax.default_backend() == "cpu"
-                and "anchor" not in ms and "anchor_weights" not in ms):
-            ms = ms + RECOMPUTE_ANCHOR
+        if train and recompute:
+            ms = recompute_measures(ms)
     if not train:
         ms = tuple(m for m in ms if m != "split_wgrad")
     return ms
@@ -158,7 +174,6 @@ def lower_options(measures) -> dict:
     ms = set(measures)
     return {"anchor": "backward" if "anchor" in ms else
             "weights" if "anchor_weights" in ms else None,
-            "layout": "NHWC" if "channels_last" in ms else "NCHW",
             "wgrad_chunks": WGRAD_CHUNKS if "split_wgrad" in ms else 1}
 
 
@@ -174,9 +189,60 @@ def compiler_options(measures, backend: str | None = None) -> dict:
 
 
 def lower_measured(graph: Graph, is_train: bool, measures):
-    """``lower.lower`` of ``graph`` with the measure set ``measures``."""
+    """``lower.lower`` of ``graph`` with the measure set ``measures``;
+    with ``channels_last``, of the graph ``passes.layout`` rewrites."""
     from .lower import lower
-    return lower(graph, is_train, **lower_options(measures))
+    if "channels_last" not in set(measures):
+        return lower(graph, is_train, **lower_options(measures))
+    return _lower_channels_last(graph, is_train, lower_options(measures))
+
+
+def _lower_channels_last(graph: Graph, is_train: bool, options: dict):
+    """The lowering of ``to_channels_last(graph)``, rewritten when traced:
+    the pass needs every value's shape, known only from the feeds (which
+    may hold inner entries: those nodes are kept as they are)."""
+    from .graph import Entry, entry_key
+    from .lower import lower
+    from .passes.layout import to_channels_last
+
+    def fn(feeds, key=None):
+        fed = {n.name for n in graph.nodes if n.op is not None and
+               any(entry_key(Entry(n, i)) in feeds for i in range(n.num_outputs))}
+        shapes = _entry_shapes(graph, is_train, feeds, key)
+        rewritten = to_channels_last(graph, inferred=shapes, keep=fed)
+        return lower(rewritten, is_train, **options)(feeds, key)
+    return fn
+
+
+class _Shapes:
+    """Every entry's shape, as ``passes.infer.Inferred.shapes`` holds them."""
+
+    def __init__(self, shapes: list):
+        self.shapes = shapes
+
+
+def _entry_shapes(graph: Graph, is_train: bool, feeds: dict, key) -> _Shapes:
+    """The shape of every entry the feeds determine: the plain lowering,
+    traced abstractly (nothing is computed), records them."""
+    from .graph import Entry, entry_key
+    from .lower import JaxInterpreter
+    shapes: list = [None] * graph.num_entries
+    for n in graph.nodes:
+        for i in range(n.num_outputs):
+            k = n.name if n.op is None else entry_key(Entry(n, i))
+            if k in feeds:
+                shapes[graph.row_ptr[graph.node_id(n)] + i] = tuple(feeds[k].shape)
+
+    class Recorder(JaxInterpreter):
+        def eval_node(self, node, inputs):
+            outs = super().eval_node(node, inputs)
+            base = graph.row_ptr[graph.node_id(node)]
+            for i, v in enumerate(outs):
+                shapes[base + i] = tuple(v.shape)
+            return outs
+
+    jax.eval_shape(lambda f, k: Recorder(graph, is_train, k).run(f), feeds, key)
+    return _Shapes(shapes)
 
 
 def jit(fn, measures, **kwargs):

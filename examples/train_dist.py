@@ -105,10 +105,16 @@ def main(argv=None) -> int:
                 for a, b in ((arg, arg2), (aux, aux2)) for k in a)
     print(f"rank {rank}/{workers}: {n_dev} device(s), resumed run differs by {worst:.3g}",
           flush=True)
+    # the three-call path too: forward_backward + update on two batches
+    for _, batch in zip(range(2), data_iter()):
+        again.forward_backward(batch)
+        again.update()
+    arg3, _ = again.get_params()
     if args.out and rank == 0:
         values = {f"arg:{k}": v.asnumpy() for k, v in arg.items()}
         values.update({f"aux:{k}": v.asnumpy() for k, v in aux.items()})
         values.update({f"resumed:{k}": v.asnumpy() for k, v in {**arg2, **aux2}.items()})
+        values.update({f"threecall:{k}": v.asnumpy() for k, v in arg3.items()})
         with atomic_open(args.out, "wb") as f:
             np.savez(f, **values)
     return 0

@@ -214,19 +214,22 @@ def test_any_budget_between_the_extremes_fits_and_is_monotone(rnd, n, u, v):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
-def test_totals_never_rise_as_the_budget_falls():
+@pytest.mark.parametrize("algorithm", ["solver", "mirror", "sqrt"])
+def test_totals_never_rise_as_the_budget_falls(algorithm):
     net, shapes = convnet(units=4)
     full = sg.plan(net, shapes, train=True)
-    low = smallest_total(net, shapes)
+    low = smallest_total(net, shapes, algorithm)
     totals, flops = [], []
     for k in range(12):
         b = full.total - (full.total - low) * k // 11
-        p = sg.plan(net, shapes, train=True, budget=b)
-        assert p.total <= b
+        p = sg.plan(net, shapes, train=True, budget=b, recompute=algorithm)
+        assert p.total <= b and p.algorithm == algorithm
         totals.append(p.total)
         flops.append(p.extra_flops)
     assert totals == sorted(totals, reverse=True) and flops == sorted(flops)
-    assert totals[-1] == low and len(set(totals)) > 2
+    assert totals[-1] == low
+    if algorithm != "mirror":  # mirror's cheap ops save nothing on this net
+        assert len(set(totals)) > 2
 
 
 def test_frontier_is_pareto_and_solver_covers_mirror_and_sqrt():

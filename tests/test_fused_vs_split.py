@@ -23,6 +23,7 @@ import symgraph as sg
 from symgraph.lower import lower
 from symgraph.passes.gradient import build_gradient
 from symgraph.passes.infer import infer_shapes
+from symgraph.passes.layout import to_channels_last
 from op_reference_nn import max_pool_grad
 from test_nn_ops import op_graph
 
@@ -52,7 +53,12 @@ def test_max_pool_backward_routes_ties_to_first_max(attrs, layout):
     gg = build_gradient(g, ["data"])
     y_shape = infer_shapes(g, {"data": x.shape}).shape(g.outputs[0])
     dy = rng.normal(size=y_shape)
-    run = jax.jit(lower(gg, True, layout=layout) if layout == "NHWC" else lower(gg, True))
+    if layout == "NHWC":  # the pooling and its backward channels-last (passes/layout.py)
+        gg = to_channels_last(gg, {"data": x.shape, "op_output_head_grad": y_shape},
+                              lead=("Pooling",))
+        assert {n.params.get("layout") for n in gg.nodes if n.op is not None and
+                "Pooling" in n.op.name} == {"NHWC"}
+    run = jax.jit(lower(gg, True))
     (_, dx), _ = run({"data": x, "op_output_head_grad": dy}, jax.random.key(0))
     want = max_pool_grad(node.params, x, dy)
     np.testing.assert_allclose(np.asarray(dx), want, rtol=1e-13, atol=1e-13)

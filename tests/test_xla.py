@@ -16,6 +16,7 @@ from symgraph.lower import lower
 from symgraph.memory import plan
 from symgraph.ops.registry import all_opdefs
 from symgraph.passes.infer import infer_shapes
+from symgraph.passes.layout import to_channels_last
 
 BATCH, SHAPE = 2, (3, 32, 32)
 
@@ -270,17 +271,19 @@ def test_plan_xla_memory_is_the_modules_program():
         xla_memory(p, ("donate",))
 
 
-CHANNELS_LAST = [(op, i, s) for op in all_opdefs() if op.channels_last is not None
-                 for i, s in enumerate(op.samples) if len(s.shapes[0]) == 4]
+# the ops passes/layout.py runs channels-last, each made to lead
+LAYOUT_OPS = ("Convolution", "Pooling", "BatchNorm", "Concat")
+CHANNELS_LAST = [(op, i, s) for op in all_opdefs() if op.name in LAYOUT_OPS
+                 for i, s in enumerate(op.samples) if len(s.shapes[0]) in (3, 4, 5)]
 
 
 @pytest.mark.parametrize("op,i,sample", CHANNELS_LAST,
                          ids=[f"{op.name}-{i}" for op, i, _ in CHANNELS_LAST])
 @pytest.mark.parametrize("train", [False, True], ids=["infer", "train"])
 def test_channels_last_rule_matches_the_lowering(op, i, sample, train):
-    """Every op's channels_last rule, through the NHWC lowering (inputs
-    transposed in, outputs back), equals its NCHW lowering; in training
-    with the gradient graph, so the backward ops' rules are checked too."""
+    """Every op the layout pass runs channels-last (inputs transposed in,
+    outputs back) equals its channel-first lowering; in training with the
+    gradient graph, so the backward ops' rules are checked too."""
     from symgraph.memory.pipeline import build_graph
     from test_ops import _single_op_graph
     g, node, variables, known = _single_op_graph(op, sample)
@@ -298,7 +301,12 @@ def test_channels_last_rule_matches_the_lowering(op, i, sample, train):
         assert any(n.op is not None and n.op.name == f"_backward_{op.name}" for n in g.nodes)
     key = jax.random.key(0)
     ref, ref_aux = lower(g, train)(feeds, key)
-    out, out_aux = lower(g, train, layout="NHWC")(feeds, key)
+    g2 = to_channels_last(g, inferred=inf, lead=LAYOUT_OPS)
+    before = {n.name: n.attrs for n in g.nodes}
+    rewritten = [n for n in g2.nodes if n.name in before and n.attrs != before[n.name]]
+    channel_axis_one = op.name != "BatchNorm" or node.params.axis % len(sample.shapes[0]) == 1
+    assert (len(rewritten) == (2 if train else 1)) == channel_axis_one
+    out, out_aux = lower(g2, train)(feeds, key)
     _close((ref, ref_aux), (out, out_aux), rtol=1e-12, atol=1e-12)
     assert all(a.shape == b.shape for a, b in zip(ref, out))
 
@@ -328,31 +336,38 @@ def test_split_weight_gradient_is_the_whole_one(op, i, sample, batch):
     feeds = {v.name: rng.uniform(-1, 1, inf.shapes[g.entry_id_of_node(v)]) for v in g.variables}
     key = jax.random.key(0)
     ref = lower(g, True)(feeds, key)
-    layouts = ["NCHW", "NHWC"] if len(sample.shapes[0]) == 4 else ["NCHW"]
+    # channel-first, and channels-last as passes/layout.py rewrites it
+    # (Deconvolution has no channel-last layout)
+    graphs = [g] + ([to_channels_last(g, inferred=inf)] if op.name == "Convolution" else [])
 
     def convolutions(fn):
         return jax.jit(fn).lower(feeds, key).as_text().count("stablehlo.convolution")
-    for layout in layouts:
-        split = lower(g, True, layout=layout, wgrad_chunks=2)
+    for gr in graphs:
+        split = lower(gr, True, wgrad_chunks=2)
         _close(split(feeds, key), ref, rtol=1e-12, atol=1e-12)
-        whole = lower(g, True, layout=layout)
+        whole = lower(gr, True)
         assert convolutions(split) == convolutions(whole) + (batch % 2 == 0)
     with pytest.raises(SymgraphError, match="wgrad_chunks=0"):
         lower(g, True, wgrad_chunks=0)(feeds, key)
 
 
 def test_channels_last_lowering_of_a_net():
-    """Inference through a whole Inception-like net with activations NHWC
-    equals the NCHW lowering; a bad layout name is refused."""
+    """Inference through a whole Inception-like net lowered with the
+    channels_last measure (passes/layout.py's rewrite, made when traced)
+    equals the NCHW lowering, also with an inner entry fed."""
     p = plan(inception_like(), {"data": (BATCH,) + SHAPE}, train=False)
     rng = np.random.default_rng(3)
     feeds = {n.name: rng.uniform(0.1, 1.0, p.inferred.shapes[p.graph.entry_id_of_node(n)])
              for n in p.graph.variables}
     key = jax.random.key(0)
-    _close(lower(p.graph, False, layout="NHWC")(feeds, key)[0],
-           lower(p.graph, False)(feeds, key)[0], rtol=1e-10, atol=1e-12)
-    with pytest.raises(SymgraphError, match="layout='NCWH'"):
-        lower(p.graph, False, layout="NCWH")
+    measured = sg.measures.lower_measured(p.graph, False, ("channels_last",))
+    want = lower(p.graph, False)(feeds, key)[0]
+    _close(measured(feeds, key)[0], want, rtol=1e-10, atol=1e-12)
+    # a convolution's output fed by entry key: that node is kept channel-first
+    conv = next(n for n in p.graph.nodes if n.op is not None and n.op.name == "Convolution")
+    inner = sg.graph.entry_key(sg.graph.Entry(conv, 0))
+    fed = {inner: lower(Graph([sg.graph.Entry(conv, 0)]), False)(feeds, key)[0][0]}
+    _close(measured({**feeds, **fed}, key)[0], want, rtol=1e-10, atol=1e-12)
 
 
 def test_channels_last_keeps_library_calls_to_one_op():

@@ -43,8 +43,7 @@ def register_backward(fwd: OpDef, *, reads_inputs=None, reads_outputs=(),
                       infer_type: Callable | None = None,
                       inplace: Callable | Sequence = (),
                       category: str | None = None, flops: Callable | None = None,
-                      inputs_for_shape_only: bool = False,
-                      channels_last: Callable | None = None) -> OpDef:
+                      inputs_for_shape_only: bool = False) -> OpDef:
     """Registers ``_backward_<fwd>`` and sets ``fwd.gradient`` to build it.
 
     The backward node's inputs are, in order, the gradients of forward
@@ -60,8 +59,7 @@ def register_backward(fwd: OpDef, *, reads_inputs=None, reads_outputs=(),
     which needs every argument read and no aux state.
     ``inputs_for_shape_only`` says the forward inputs it reads are read only
     for their shapes/dtypes (so they need not stay alive for it).
-    ``channels_last``: ``lower``'s twin for 4-D tensors held NHWC (the
-    OpDef's ``channels_last``). The backward op has ``fwd``'s family and
+    The backward op has ``fwd``'s family and
     ``forward=fwd``; ``flops`` and ``category`` default to the category's
     rule and ``fwd``'s category.
     """
@@ -123,7 +121,6 @@ def register_backward(fwd: OpDef, *, reads_inputs=None, reads_outputs=(),
         if inputs_for_shape_only else (),
         category=category or fwd.category, flops=flops, family=fwd.family, forward=fwd,
         backward_io=lambda p: (rg(p), ri(p), ro(p), [i for i, m in enumerate(need(p)) if m]),
-        channels_last=channels_last and node_lowering(channels_last),
         doc=f"Gradient of {fwd.name}; inputs are exactly what it reads."))
 
     def gradient(g, node, ograds):

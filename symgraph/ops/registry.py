@@ -233,11 +233,6 @@ class OpDef:
     shape_inputs(p) -> input indices read only for their shape and dtype
         (``zeros_like``'s input, the ``like`` of ``_sum_to_like``): they do
         not keep the tensor's data alive, and the planner knows it.
-    channels_last(p, ctx, *inputs): the same lowering for 4-D tensors held
-        channels-last (NHWC: what XLA's CPU convolutions use), outputs
-        channels-last too; None where the op has none. The lowering's
-        ``layout='NHWC'`` measure keeps activations that way between such
-        ops (and layout-free elementwise ops) instead of copying them.
     family: one of ``FAMILIES``; default 'loss' for loss ops, else from the
         category (elementwise -> 'elementwise', injective -> 'shape', others
         'other'). A backward op has its forward op's.
@@ -274,7 +269,6 @@ class OpDef:
     flops: Callable | None = None
     is_loss: bool = False
     needs_rng: bool = False
-    channels_last: Callable | None = None
     family: str | None = None
     anchor_weights: bool = False
     split_wgrad: bool = False

@@ -398,23 +398,14 @@ _concat = register(OpDef(
     doc="Joins num_args inputs along dim; the other dimensions must match."))
 
 
-# where NCHW axis a of a 4-D tensor is when it is held NHWC (channels-last
-# lowerings, lower.ChannelsLastInterpreter)
-NHWC_AXIS = (0, 3, 1, 2)
-
-_concat.channels_last = lambda p, ctx, *xs: jnp.concatenate(xs, axis=NHWC_AXIS[p.dim % 4])
-
-
 # y = concat(x_i); dx_i = the slice of dy at x_i's offset  (reads the x_i's shapes only)
-def _concat_backward(p, ctx, og, ins, outs, dim=None):
-    dim = p.dim % og[0].ndim if dim is None else dim
+def _concat_backward(p, ctx, og, ins, outs):
+    dim = p.dim % og[0].ndim
     bounds = np.cumsum([x.shape[dim] for x in ins])[:-1]
     return jnp.split(og[0], [int(b) for b in bounds], axis=dim)
 
 
-register_backward(_concat, inputs_for_shape_only=True, lower=_concat_backward,
-                  channels_last=lambda p, ctx, og, ins, outs: _concat_backward(
-                      p, ctx, og, ins, outs, NHWC_AXIS[p.dim % 4]))
+register_backward(_concat, inputs_for_shape_only=True, lower=_concat_backward)
 
 
 # --------------------------------------------------------------------------

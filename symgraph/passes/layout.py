@@ -45,8 +45,11 @@ def _backward_perm(rank: int) -> tuple:
     return (0, rank - 1, *range(1, rank - 1))
 
 
+LEAD = ("Convolution",)
+
+
 def to_channels_last(graph: Graph, shapes: dict | None = None, inferred=None,
-                     origin: dict | None = None, keep=()) -> Graph:
+                     origin: dict | None = None, keep=(), lead=LEAD) -> Graph:
     """``graph`` with its activations channels-last between the ops that
     have a channel-last form (see the module docstring). ``shapes``: input
     shapes as ``infer_shapes`` takes them, or ``inferred``, an ``Inferred``
@@ -56,7 +59,9 @@ def to_channels_last(graph: Graph, shapes: dict | None = None, inferred=None,
     node's (``build_gradient_with_heads`` fills one); by default a node
     ``<f>_backward`` (or ``<f>_backward2`` ...) of ``f``'s backward op
     belongs to ``f``. Nodes named in ``keep`` stay as they are (their
-    outputs are fed by entry key)."""
+    outputs are fed by entry key). ``lead``: the ops that go channels-last
+    whatever their input's layout (Pooling, BatchNorm and Concat may be
+    added; by default they follow a convolution)."""
     inf = inferred if inferred is not None else infer_shapes(graph, shapes or {})
     transpose = get_op("transpose")
     by_name = {n.name: n for n in graph.nodes}
@@ -119,7 +124,7 @@ def to_channels_last(graph: Graph, shapes: dict | None = None, inferred=None,
                 rule = _backward_rule(node, rule) if rule else None
             if rule is None:
                 rule = _rule(node, [shape(e) for e in ins],
-                             [graph.entry_id(e) in last for e in ins])
+                             [graph.entry_id(e) in last for e in ins], lead)
         if rule is None:  # as it was, channel-first
             new = Node(node.op, node.name, node.attrs, [get_first(e) for e in ins])
             for i in range(node.num_outputs):
@@ -141,7 +146,7 @@ def _name(rank: int) -> str:
     return CHANNELS_LAST[rank - 2].lower()
 
 
-def _rule(node: Node, in_shapes: list, held_last: list):
+def _rule(node: Node, in_shapes: list, held_last: list, lead=LEAD):
     """How ``node`` runs channels-last, or None where it does not: (the
     attributes that change, the input indices read channels-last, the
     output indices written channels-last, the rank of those)."""
@@ -157,23 +162,21 @@ def _rule(node: Node, in_shapes: list, held_last: list):
         # place, where a transpose node would be a copy the plan counts
         return ({"layout": CHANNELS_LAST[r - 2], "weight_layout": "OI" + "DHW"[3 - (r - 2):]},
                 {0}, {0}, r)
-    if not held_last[0]:
-        # the other ops follow their inputs and never lead: pooling or
-        # normalising a channel-first value needs no copy of it
-        return None
+    # the other ops follow a channels-last input (pooling or normalising a
+    # channel-first value needs no copy of it), unless they lead
+    follows = op.name in lead or held_last[0]
     if op.name == "Pooling":
-        return None if is_channels_last(p) else ({"layout": CHANNELS_LAST[r - 2]}, {0}, {0}, r)
+        return ({"layout": CHANNELS_LAST[r - 2]}, {0}, {0}, r) \
+            if follows and not is_channels_last(p) else None
     if op.name == "BatchNorm":
-        if p.axis % r != 1:
-            return None
         # mean and inverse std (outputs 1, 2) are per channel: no layout
-        return {"axis": r - 1}, {0}, {0}, r
-    if op.name == "Concat":  # (held_last[0]: the first input leads)
-        if any(s is None or len(s) != r for s in in_shapes):
+        return ({"axis": r - 1}, {0}, {0}, r) if follows and p.axis % r == 1 else None
+    if op.name == "Concat":
+        if not follows or any(s is None or len(s) != r for s in in_shapes):
             return None
         return ({"dim": _forward_perm(r).index(p.dim % r)}, set(range(len(in_shapes))),
                 set(range(node.num_outputs)), r)
-    if (op.category == "elementwise" and not op.needs_rng and
+    if (op.category == "elementwise" and not op.needs_rng and any(held_last) and
             all(s is not None and tuple(s) == tuple(data) for s in in_shapes)):
         return {}, set(range(len(in_shapes))), set(range(node.num_outputs)), r
     return None

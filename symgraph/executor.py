@@ -10,11 +10,9 @@ them), so the programs keep the memory plan.
 """
 from __future__ import annotations
 
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .context import Context, current_context
 from .errors import BindError

@@ -38,7 +38,7 @@ VAR, EXTERNAL, NOSTORE, PLANNED = 0, 1, 2, 3
 ANC_WINDOW = 4096
 
 def entry_nbytes(inferred, eid: int) -> int:
-    """``prod(shape) * itemsize`` of one entry, no padding (DESIGN.md)."""
+    """``prod(shape) * itemsize`` of one entry, no padding (docs/memory.md)."""
     return math.prod(inferred.shapes[eid]) * itemsize(inferred.dtypes[eid])
 
 

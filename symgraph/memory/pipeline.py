@@ -23,7 +23,7 @@ from ..passes.recompute import RECOMPUTE_ATTR, is_recompute
 from ..passes.schedule import schedule as schedule_pass
 from . import arena as arena_mod
 from . import planner
-from .liveness import Liveness, analyze, entry_name, entry_nbytes
+from .liveness import Liveness, analyze, entry_nbytes
 from .planner import PLACED, STRATEGIES, Assignment
 from .verify import StaticCheck, check_arena
 

@@ -490,7 +490,7 @@ class ArenaInterpreter(JaxInterpreter):
         """Writes step s's in-place outputs chunk by chunk over their inputs,
         recomputing the step from the buffer before each chunk; PlanError if
         the result differs from the step run out of place."""
-        live, g = self.live, self.graph
+        live = self.live
         al = self.inplace[s]
         eid_of = {o: live.entry[o] for o in al}
         size = {o: self.nbytes[o] // self.dtype[o].itemsize for o in al}

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from ..errors import ShapeError
 from .backward import register_backward
-from .registry import (Attr, OpDef, Sample, bool_attr, choice_attr, float_attr, numel,
+from .registry import (Attr, OpDef, Sample, choice_attr, float_attr, numel,
                        positive_int_attr, register, unify)
 
 

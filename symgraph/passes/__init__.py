@@ -1,4 +1,4 @@
-"""Graph passes, each a pure function of a graph (see DESIGN.md's pipeline):
+"""Graph passes, each a pure function of a graph (docs/design.md, "The pipeline"):
 
     infer_shapes   -> Inferred (shapes and dtypes of every entry)
     build_gradient -> Graph (outputs, then the gradients asked for)

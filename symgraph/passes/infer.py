@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dtypes import hint_name
-from ..errors import OpError, ShapeError
+from ..errors import ShapeError
 from ..graph import Graph
 from ..ops.registry import same_type, shape_attr
 from ..util import short_repr
@@ -112,17 +112,6 @@ class Inferred:
 
     def dtype(self, entry) -> str | None:
         return self.dtypes[self.graph.entry_id(entry)]
-
-    def nbytes(self, eid: int) -> int:
-        s, t = self.shapes[eid], self.dtypes[eid]
-        return int(np.prod(s, dtype=np.int64)) * np.dtype(t).itemsize
-
-    def var_shapes(self) -> dict:
-        return {n.name: self.shapes[self.graph.entry_id_of_node(n)] for n in self.graph.variables}
-
-    @property
-    def complete(self) -> bool:
-        return all(s is not None for s in self.shapes)
 
 
 def _var_hint(node, key, parse):

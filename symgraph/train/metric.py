@@ -10,7 +10,6 @@ on the host. As MXNet's, ``MSE``/``RMSE``/``MAE`` average per batch.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Callable
 
 import numpy as _numpy

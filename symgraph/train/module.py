@@ -33,7 +33,6 @@ import os
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from .. import measures as measures_mod

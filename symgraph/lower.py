@@ -12,9 +12,11 @@ the backward reads, and a backward program that starts from them.
 from __future__ import annotations
 
 import zlib
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .errors import BindError, SymgraphError
 from .graph import Entry, Graph, Node, entry_key  # noqa: F401 (entry_key: re-exported)
@@ -190,19 +192,10 @@ class JaxInterpreter(Interpreter):
         if all(keep) and not any(g.node_id(e.node) in clones for e in node.inputs):
             keep = [i > 0 for i in range(len(keep))]
         if CLONE_TIE == "barrier":  # measured, not used: see CLONE_TIE
-            a = values[anchor]
-            raw = [x.value if isinstance(x, _NHWC) else x for x in inputs]
-            sel = [r for r, k in zip(raw, keep) if not k]
-            _, sel = jax.lax.optimization_barrier((a.value if isinstance(a, _NHWC) else a, sel))
+            sel = [x for x, k in zip(inputs, keep) if not k]
+            _, sel = jax.lax.optimization_barrier((values[anchor], sel))
             it = iter(sel)
-            out = []
-            for x, k in zip(inputs, keep):
-                if k:
-                    out.append(x)
-                else:
-                    v = next(it)
-                    out.append(_NHWC(v) if isinstance(x, _NHWC) else v)
-            return out
+            return [x if k else next(it) for x, k in zip(inputs, keep)]
         s = _anchor_scalar(values[anchor])
         if s is None:
             return inputs
@@ -267,8 +260,7 @@ def tie_to_first(inputs: list) -> list:
 
 
 def _anchor_scalar(g):
-    """``g[0] * 0`` of a (possibly channels-last) tensor; None if empty."""
-    g = g.value if isinstance(g, _NHWC) else g
+    """``g[0] * 0`` of a float tensor; None if empty."""
     if g.size == 0 or not jnp.issubdtype(g.dtype, jnp.floating):
         return None
     return jnp.ravel(g)[0] * 0
@@ -276,12 +268,10 @@ def _anchor_scalar(g):
 
 def _add_scalar(x, s):
     """``x + s`` for float tensors of two or more dimensions (what
-    ``tie_to_first`` ties), ``x`` otherwise; keeps a channels-last value so."""
-    v = x.value if isinstance(x, _NHWC) else x
-    if not (hasattr(v, "dtype") and jnp.issubdtype(v.dtype, jnp.floating) and v.ndim >= 2):
+    ``tie_to_first`` ties), ``x`` otherwise."""
+    if not (hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) and x.ndim >= 2):
         return x
-    v = v + s.astype(v.dtype)
-    return _NHWC(v) if isinstance(x, _NHWC) else v
+    return x + s.astype(x.dtype)
 
 
 # How a recompute clone's inputs are tied to the backward: 'add' (``x +
@@ -367,67 +357,8 @@ def _anchored(anchor: str | None, fwd) -> bool:
     return anchor == "backward" or fwd.anchor_weights
 
 
-class _NHWC:
-    """A 4-D value held channels-last: the graph's NCHW tensor x is
-    ``value.transpose(0, 3, 1, 2)``."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
-
-
-def _to_nhwc(x):
-    if isinstance(x, _NHWC) or getattr(x, "ndim", 0) != 4:
-        return x
-    return _NHWC(jnp.transpose(x, (0, 2, 3, 1)))
-
-
-def _to_nchw(x):
-    return jnp.transpose(x.value, (0, 3, 1, 2)) if isinstance(x, _NHWC) else x
-
-
-class ChannelsLastInterpreter(JaxInterpreter):
-    """The JAX lowering with 4-D activations kept channels-last (NHWC)
-    between ops that have a ``channels_last`` lowering (Convolution,
-    Pooling, BatchNorm, Concat and their backward ops) and layout-free
-    elementwise ops (every input the same shape); any other
-    op gets its inputs back in NCHW, and so do the graph's outputs. XLA's
-    CPU convolutions work in NHWC: with NCHW tensors it keeps a transposed
-    copy of each activation it converts. Results are the same up to float
-    rounding (the convolutions' summation order may differ)."""
-
-    def eval_node(self, node, inputs):
-        op = node.op
-        if op.channels_last is not None and any(_is_4d(x) for x in inputs):
-            outs = self.apply(node, op.channels_last, [_to_nhwc(x).value if _is_4d(x) else x
-                                                       for x in inputs])
-            return [_NHWC(y) if y.ndim == 4 else y for y in outs]
-        if (op.category == "elementwise" and not op.needs_rng and
-                any(isinstance(x, _NHWC) for x in inputs) and
-                len({_layout_shape(x) for x in inputs}) == 1):
-            # layout-free: every input has the same shape, hence the same layout
-            outs = self.apply(node, op.lower, [x.value for x in inputs])
-            return [_NHWC(y) if y.ndim == 4 else y for y in outs]
-        return self.apply(node, op.lower, [_to_nchw(x) for x in inputs])
-
-    def run(self, feeds: dict) -> list:
-        return [_to_nchw(y) for y in super().run(feeds)]
-
-
-def _is_4d(x) -> bool:
-    return isinstance(x, _NHWC) or getattr(x, "ndim", 0) == 4
-
-
-def _layout_shape(x):
-    return ("nhwc",) + tuple(x.value.shape) if isinstance(x, _NHWC) else tuple(x.shape)
-
-
-LAYOUTS = {"NCHW": JaxInterpreter, "NHWC": ChannelsLastInterpreter}
-
-
 def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
-          layout: str = "NCHW", wgrad_chunks: int = 1):
+          wgrad_chunks: int = 1):
     """Graph -> pure function ``f(feeds, key) -> (outputs, aux_updates)``.
 
     ``feeds`` maps variable names (and optionally ``entry_key``s of inner
@@ -437,19 +368,16 @@ def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
     gradient, ``'weights'`` only those of ops declaring ``anchor_weights``
     (Convolution, Deconvolution and FullyConnected), so XLA cannot compute
     from saved activations early;
-    ``layout='NHWC'`` keeps 4-D activations channels-last inside the
-    program (``ChannelsLastInterpreter``); feeds and outputs stay NCHW;
     ``wgrad_chunks=k`` sums the weight gradients of ops declaring
     ``split_wgrad`` (Convolution and Deconvolution) over k batch slices, one after the other, so the
     batch-minor copies XLA's CPU convolutions make for them are 1/k the
     size.
     """
-    if layout not in LAYOUTS:
-        raise SymgraphError(f"layout={layout!r}; use one of {', '.join(map(repr, LAYOUTS))}")
-    interpreter = LAYOUTS[layout]
+    # channels-last programs are lowered from passes.layout's rewrite
+    # (measures.lower_measured): the graph says where values change layout
 
     def fn(feeds, key=None):
-        interp = interpreter(graph, is_train, key, anchor, wgrad_chunks)
+        interp = JaxInterpreter(graph, is_train, key, anchor, wgrad_chunks)
         outs = interp.run(feeds)
         return outs, interp.aux_updates
     return fn

@@ -21,10 +21,10 @@ from jax import lax
 
 from ..errors import ShapeError
 from .backward import register_backward
-from .registry import (Attr, OpDef, Params, Sample, bool_attr, choice_attr, dtype_attr,
+from .registry import (Attr, OpDef, Sample, bool_attr, choice_attr, dtype_attr,
                        float_attr, int_attr, numel, optional_int_attr, positive_int_attr,
                        register, shape_attr)
-from .tensor import NHWC_AXIS, _attrs_of, _axis
+from .tensor import _attrs_of, _axis
 
 
 # --------------------------------------------------------------------------
@@ -331,23 +331,6 @@ _conv = register(OpDef(
     ]))
 
 
-def _conv_nobias_channels_last(p, x, w):
-    """NHWC in and out (the weight arrives OHWI: every 4-D input is
-    channels-last; XLA folds that transpose into the convolution)."""
-    n, stride, pad, dilate = _conv_geometry(p)
-    return lax.conv_general_dilated(x, w, stride, [(q, q) for q in pad], rhs_dilation=dilate,
-                                    feature_group_count=p.num_group,
-                                    dimension_numbers=("NHWC", "OHWI", "NHWC"))
-
-
-def _conv_channels_last(p, ctx, x, w, b=None):
-    y = _conv_nobias_channels_last(p, x, w)
-    return y if b is None else y + b
-
-
-_conv.channels_last = _conv_channels_last
-
-
 # dx = conv^T(dy, w); dw = corr(x, dy); db = sum(dy over batch and space) -- reads x and w
 def _conv_backward(p, ctx, og, ins, outs):
     x, w = ins
@@ -364,15 +347,8 @@ def _weighted_backward_shape(p, s):
     return s, [g for g, m in zip(grads, need) if m]
 
 
-def _conv_backward_channels_last(p, ctx, og, ins, outs):
-    x, w = ins
-    dx, dw = ctx.linear_grads(lambda x, w: _conv_nobias_channels_last(p, x, w), x, w, og[0])
-    return [dx, dw, None if p.no_bias else og[0].sum(axis=(0, 1, 2))]
-
-
 register_backward(_conv, reads_inputs=(0, 1), lower=_conv_backward,
-                  infer_shape=_weighted_backward_shape, flops=_weighted_backward_flops(_weight_flops),
-                  channels_last=_conv_backward_channels_last)
+                  infer_shape=_weighted_backward_shape, flops=_weighted_backward_flops(_weight_flops))
 
 
 # --------------------------------------------------------------------------
@@ -620,7 +596,7 @@ _pool = register(OpDef(
 
 
 def _pool_channels_last(p, ctx, x):
-    """Pooling of an NHWC tensor: the same windows with the channel axis last."""
+    """Pooling of a channel-last tensor: the same windows, the channel axis last."""
     nchw = _nchw_shape(x.shape)
     kernel, stride, pad, out, extra = _pool_geometry(p, nchw)
     window, strides, padding = map(_nhwc_order, _window_args(kernel, stride, pad, extra))
@@ -630,9 +606,6 @@ def _pool_channels_last(p, ctx, x):
     if p.pool_type == "sum":
         return total
     return total / _avg_divisor(p, nchw[2:], kernel, stride, pad, out)[..., None].astype(x.dtype)
-
-
-_pool.channels_last = _pool_channels_last
 
 
 def _pool_backward_reads(p) -> list[str]:
@@ -749,8 +722,8 @@ def _max_pool_backward(p, x, dy, channels_last=False):
                               slice(None)))]
 
 
-def _pool_backward_lower(p, ctx, og, ins, outs, channels_last=False):
-    return [_pool_backward(p, og[0], *ins, channels_last=channels_last or is_channels_last(p))]
+def _pool_backward_lower(p, ctx, og, ins, outs):
+    return [_pool_backward(p, og[0], *ins, channels_last=is_channels_last(p))]
 
 
 def _pool_backward(p, dy, *read, channels_last=False):
@@ -791,8 +764,6 @@ def _pool_backward_shape(p, s):
 register_backward(
     _pool, reads_inputs=lambda p: [0] * len(_pool_backward_reads(p)),
     lower=_pool_backward_lower, infer_shape=_pool_backward_shape,
-    channels_last=lambda p, ctx, og, ins, outs: _pool_backward_lower(p, ctx, og, ins, outs,
-                                                                     channels_last=True),
     flops=lambda p, ins, outs: _pool_flops(p, outs, ins[:1]))
 
 
@@ -877,18 +848,6 @@ _bn = register(OpDef(
     ]))
 
 
-def _nhwc_axis(p):
-    """``p`` with its NCHW ``axis`` moved to where it is in NHWC."""
-    return Params(p, axis=NHWC_AXIS[_axis(p.axis, 4, "axis")])
-
-
-def _bn_channels_last(p, ctx, x, *rest):
-    return _bn_lower(_nhwc_axis(p), ctx, x, *rest)
-
-
-_bn.channels_last = _bn_channels_last
-
-
 # xh = (x - mean) invstd; dbeta = sum(dy); dgamma = sum(dy xh) (0 with fix_gamma);
 # batch stats: dx = gamma invstd (dy - mean(dy) - xh mean(dy xh)); fixed: dx = gamma invstd dy
 def _bn_backward(p, ctx, og, ins, outs):
@@ -917,9 +876,7 @@ def _bn_backward_shape(p, s):
 register_backward(_bn, reads_inputs=(0, 1), reads_outputs=(1, 2), reads_ograds=(0,),
                   lower=_bn_backward, infer_shape=_bn_backward_shape,
                   # normalise, two sums, combine
-                  flops=lambda p, ins, outs: 8 * numel(ins[1]),
-                  channels_last=lambda p, ctx, og, ins, outs: _bn_backward(
-                      _nhwc_axis(p), ctx, og, ins, outs))
+                  flops=lambda p, ins, outs: 8 * numel(ins[1]))
 
 
 # --------------------------------------------------------------------------

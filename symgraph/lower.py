@@ -12,11 +12,9 @@ the backward reads, and a backward program that starts from them.
 from __future__ import annotations
 
 import zlib
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .errors import BindError, SymgraphError
 from .graph import Entry, Graph, Node, entry_key  # noqa: F401 (entry_key: re-exported)

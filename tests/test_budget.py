@@ -14,7 +14,7 @@ from symgraph.cli import main
 from symgraph.errors import PlanError
 from symgraph.lower import lower
 from symgraph.memory import budget as B
-from symgraph.memory.randnet import random_net
+from symgraph.bench.randnet import random_net
 from symgraph.memory.verify import random_feeds
 from symgraph.passes.recompute import is_recompute
 

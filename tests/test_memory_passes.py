@@ -11,7 +11,7 @@ import symgraph as sg
 from symgraph.errors import GraphError, PlanError
 from symgraph.graph import Graph
 from symgraph.lower import lower
-from symgraph.memory.randnet import chain_net, random_net
+from symgraph.bench.randnet import chain_net, random_net
 from symgraph.memory.verify import random_feeds
 from symgraph.passes.fuse import FUSABLE, fuse, no_fusion
 from symgraph.passes.gradient import build_gradient

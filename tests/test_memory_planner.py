@@ -14,7 +14,7 @@ import symgraph as sg
 from symgraph.errors import PlanError
 from symgraph.memory import PLACED, STRATEGIES, BlockPool, OffsetHeap
 from symgraph.memory.planner import inplace_saving
-from symgraph.memory.randnet import chain_net, random_net
+from symgraph.bench.randnet import chain_net, random_net
 
 PROPS = settings(max_examples=30, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow])

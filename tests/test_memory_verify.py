@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import symgraph as sg
 from symgraph.errors import PlanError
 from symgraph.memory import PLACED, StaticCheck, check_arena, check_placement, check_slots
-from symgraph.memory.randnet import random_net
+from symgraph.bench.randnet import random_net
 
 
 def _clobber_net():

@@ -15,7 +15,7 @@ import symgraph as sg
 from symgraph.errors import PlanError
 from symgraph.graph import Graph
 from symgraph.lower import lower
-from symgraph.memory.randnet import random_net
+from symgraph.bench.randnet import random_net
 from symgraph.passes.gradient import build_gradient_with_heads
 from symgraph.passes.infer import infer_shapes
 from symgraph.passes.recompute import RECOMPUTE_ATTR, forward_nodes, is_recompute, rewrite

@@ -34,7 +34,7 @@ from symgraph.errors import PlanError
 from symgraph.lower import JaxInterpreter
 from symgraph.memory import PLACED, StaticCheck, check_arena, check_placement, check_slots
 from symgraph.memory.liveness import PLANNED, declared_pairs
-from symgraph.memory.randnet import random_net
+from symgraph.bench.randnet import random_net
 from symgraph.memory.verify import random_feeds
 
 KINDS = ("overlap", "inplace", "shift")

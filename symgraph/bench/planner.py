@@ -3,7 +3,7 @@
     symgraph bench planner [--sizes 1000,10000,100000] [--repeat 3] [--out DIR]
                            [--no-resnet] [--quick]
 
-Plans random DAGs (``symgraph.memory.randnet.random_net``: branches, joins,
+Plans random DAGs (``symgraph.bench.randnet.random_net``: branches, joins,
 multi-output nodes) and deep chains (``chain_net``) of each size, for
 inference, and the ResNet-152 training graph at batch 64. A timing covers
 everything ``sg.plan`` does from the Symbol -- gradient (ResNet), prune,
@@ -83,7 +83,7 @@ def time_plan(net, shapes, repeat: int, **kw) -> dict:
 
 def cases(args):
     """(name, kind, size, builder) for every case, in order."""
-    from ..memory.randnet import chain_net, random_net
+    from .randnet import chain_net, random_net
     out = []
     for n in args.sizes:
         out.append((f"random-{n}", "random DAG, inference", n,

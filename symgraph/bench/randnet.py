@@ -1,4 +1,7 @@
-"""Random networks for the planner's property tests and speed benchmark.
+"""Random networks for the planner's speed benchmark (``symgraph bench
+planner``) and its property tests (tests/test_memory_*.py). Not part of the
+memory library: it lives with the benchmark, which an installed symgraph
+runs, and the tests import it from here.
 
 ``random_net(rnd, n)`` builds a DAG of n op nodes from ops registered in
 the core: unary elementwise ops and activations, binary elementwise ops,

@@ -7,6 +7,7 @@ import pytest
 
 import symgraph as sg
 from symgraph.errors import ContextError, SymgraphError
+from symgraph.train import TrainError
 from symgraph.passes.gradient import TrainingSplit
 from symgraph.passes.place import COPY_OP, PlacementError, contiguous_groups, place, with_groups
 
@@ -329,6 +330,10 @@ def test_module_group2ctxs_equals_one_device():
         for s in two._opt_states[k]:
             assert s.devices() == {sg.cpu(d).jax_device}
     assert two._aux["bn1_moving_var"].devices() == {sg.cpu(1).jax_device}
+    with pytest.raises(TrainError, match="one XLA program per device segment"):
+        two.compiled_memory()
+    with pytest.raises(TrainError, match="not built for model parallel"):
+        two._programs.set_recompute(["relu1"])
     b = _batches(1)[0]
     one.forward(b, is_train=False)
     two.forward(b, is_train=False)

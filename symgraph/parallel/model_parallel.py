@@ -178,6 +178,11 @@ class PlacedTrainPrograms(TrainPrograms):
             raise TrainError("model parallel (group2ctxs) does not recompute forward nodes")
         self.batch_names = set(self.data_names) | set(self.label_names)
 
+    def set_recompute(self, names) -> None:
+        if tuple(names or ()):
+            raise TrainError("memory_budget/recompute is not built for model parallel "
+                             "(group2ctxs): plan each device with sg.plan(..., group2ctx=...)")
+
     # -- pieces ----------------------------------------------------------------------
     def _replicas(self, heads=()) -> Replicas:
         return Replicas(self.devices.meshes, self.batch_names, [h for h, _ in heads])
@@ -266,6 +271,7 @@ class PlacedTrainPrograms(TrainPrograms):
             return new_p, new_s, self._combine_aux(aux, aux_upd), \
                 self._unstack_outputs(outs[:n_out], sig)
         step.programs = prog.num_programs
+        step.lower = _no_single_program
         self._cache[key] = step
         return step
 
@@ -325,3 +331,9 @@ class PlacedTrainPrograms(TrainPrograms):
             return self._unstack_outputs(outs, sig)
         self._cache[key] = infer
         return infer
+
+
+def _no_single_program(*args, **kwargs):
+    raise TrainError("a model-parallel step is one XLA program per device segment, not one "
+                     "program: XLA's figures for it are not built; sg.plan(..., group2ctx=...) "
+                     "gives the memory per device")

@@ -228,3 +228,28 @@ def test_the_limit_stops_the_search():
     r = max_batch(conv_net(), SHAPE, 10 ** 12, recompute=False, xla=False, progress=False,
                   limit=16)
     assert r.batch == 16 and any("limit" in n for n in r.notes)
+
+
+def test_prediction_on_random_nets_is_defined_and_covers_the_known_parts():
+    """Every plan's report carries a prediction: on random DAGs (multi-output
+    nodes, several heads, no loss) and under the planner's options it is
+    made without error and is at least what the program holds for certain."""
+    import random
+
+    from symgraph.bench.randnet import random_net
+    rnd = random.Random(12)
+    for i in range(12):
+        net, shapes = random_net(rnd, rnd.randrange(4, 30), loss=i % 2 == 0)
+        for kw in ({}, {"fuse": False}, {"schedule": "memory"}):
+            for train in (True, False):
+                try:
+                    p = sg.plan(net, shapes, train=train, **kw)
+                except sg.PlanError:
+                    continue  # a net with no parameters has no training plan
+                pr = predict(p)
+                assert pr.total == p.to_json()["predicted"] == p.predicted
+                known = pr.parts["arguments"] + pr.parts["aux"] + pr.parts["optimizer"]
+                assert pr.total >= known + pr.parts["outputs"] > 0
+                if train:
+                    # momentum state and every gradient (at least the largest)
+                    assert pr.parts["optimizer"] == p.buckets["gradients"]

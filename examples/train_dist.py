@@ -44,6 +44,7 @@ def main(argv=None) -> int:
     p.add_argument("--fail-rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--hang-rank", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--uneven", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--kill-rank", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     import symgraph as sg
@@ -55,6 +56,9 @@ def main(argv=None) -> int:
     rank, workers = kv.rank, kv.num_workers
     if args.fail_rank == rank:
         raise RuntimeError(f"rank {rank} fails on purpose")
+    if args.kill_rank == rank:  # as the kernel's OOM killer would
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
     if args.hang_rank == rank:
         import time
         print(f"rank {rank} hangs on purpose", flush=True)
@@ -68,6 +72,8 @@ def main(argv=None) -> int:
     print(f"rank {rank}: kv push summed to {total.asnumpy()[0]:g}", flush=True)
     n_dev = args.devices or len(jax.local_devices())
     ctx = [sg.cpu(i) for i in range(n_dev)]
+    # sg.cpu(i) names this process's own devices
+    assert all(c.jax_device.process_index == jax.process_index() for c in ctx)
     if args.batch % workers:
         print(f"--batch {args.batch} is not a multiple of {workers} processes", file=sys.stderr)
         return 2

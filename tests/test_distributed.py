@@ -96,6 +96,16 @@ def test_a_failing_worker_ends_the_run(tmp_path):
     assert took < 60
 
 
+def test_a_killed_worker_ends_the_run(tmp_path):
+    tic = time.monotonic()
+    run = _symgraph("launch", "-n", "2", "--timeout", "50", "--", sys.executable, SCRIPT,
+                    "--kill-rank", "1", "--prefix", str(tmp_path / "mlp"))
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines()[-1] == \
+        "symgraph: error: launch: rank 1 was killed by SIGKILL; stopped the other 1 process(es)"
+    assert time.monotonic() - tic < 60
+
+
 def test_parts_with_different_batch_counts_fail_in_every_rank(tmp_path):
     """Parts giving different numbers of batches would leave a rank waiting
     in a collective: fit refuses them in every process, at the start."""
@@ -123,20 +133,21 @@ def test_launch_forwards_lines_by_rank_and_exit_codes():
     code = ("import os, sys; r = os.environ['SYMGRAPH_PROCESS_ID']; "
             "print('hello', r, os.environ['SYMGRAPH_NUM_PROCESSES'], "
             "os.environ['SYMGRAPH_COORDINATOR'].startswith('127.0.0.1:'), "
-            "os.environ['XLA_FLAGS']); print('warn', r, file=sys.stderr); "
-            "sys.exit(5 if r == '2' else 0)")
-    run = _symgraph("launch", "-n", "3", "--devices-per-process", "3", "--", sys.executable,
-                    "-c", code, timeout=60)
-    assert run.returncode == 1
-    for r in ("0", "1"):
+            "os.environ['XLA_FLAGS']); print('warn', r, file=sys.stderr)")
+    ok = _symgraph("launch", "-n", "3", "--devices-per-process", "3", "--", sys.executable,
+                   "-c", code, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    for r in ("0", "1", "2"):
         assert f"[rank {r}] hello {r} 3 True --xla_force_host_platform_device_count=3" \
-            in run.stdout.splitlines()
-        assert f"[rank {r}] warn {r}" in run.stderr.splitlines()
-    assert run.stderr.strip().splitlines()[-1].startswith(
-        "symgraph: error: launch: rank 2 exited with code 5")
-    ok = _symgraph("launch", "-n", "2", "--", sys.executable, "-c", "print('fine')", timeout=60)
-    assert ok.returncode == 0 and ok.stderr == ""
-    assert sorted(ok.stdout.splitlines()) == ["[rank 0] fine", "[rank 1] fine"]
+            in ok.stdout.splitlines()
+        assert f"[rank {r}] warn {r}" in ok.stderr.splitlines()
+    # a rank's exit code is named; the others (asleep) are stopped
+    failing = ("import os, sys, time; r = os.environ['SYMGRAPH_PROCESS_ID']; "
+               "sys.exit(5) if r == '2' else time.sleep(100)")
+    bad = _symgraph("launch", "-n", "3", "--", sys.executable, "-c", failing, timeout=60)
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines()[-1] == \
+        "symgraph: error: launch: rank 2 exited with code 5; stopped the other 2 process(es)"
 
 
 # -- bad input ---------------------------------------------------------------------------------

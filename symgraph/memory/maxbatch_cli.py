@@ -11,8 +11,8 @@ recompute forward tensors in the backward to fit (--no-recompute: plans as
 they are). The batch found is confirmed by compiling, not running, the
 program a Module would run at that batch: where XLA's figure (temp +
 argument + output - alias) is above the budget the batch is stepped down
-until it fits (--no-xla skips the compile). A progress bar on stderr shows
-the search. --json prints {"batch": N, "total": bytes, "recompute": [...],
+until it fits (--no-xla skips the compile). In a terminal a progress bar
+on stderr shows the search. --json prints {"batch": N, "total": bytes, "recompute": [...],
 "xla": bytes or null, "budget": bytes, "plan_batch": N, "train": bool,
 "notes": [...]}.
 """

@@ -27,7 +27,8 @@ Three algorithms (``ALGORITHMS``) propose recompute sets:
   from the inputs to the loss passes through them), evenly spaced by bytes;
   everything between them is recomputed. With a budget, also the paper's
   greedy variant (a checkpoint where the bytes since the last one pass a
-  threshold) over a grid of thresholds.
+  threshold) at thresholds from 2 to 1/8 times the bytes over
+  sqrt(articulation points).
 - ``solver``: a frontier over the segments between articulation points:
   per segment keep everything, recompute its cheap ops, or recompute all
   but the checkpoint closing it, taken in order of extra FLOPs per byte
@@ -42,7 +43,7 @@ gets a larger total: the frontier does not depend on the budget. Frontiers
 are cached per (graph, shapes, strategy, options).
 
 ResNet-152 training (batch 32, 224x224) plans under any budget with the
-solver in about 2.5-3.3 s of CPU on the project's 2-core machine (24 real plans
+solver in about 2.5-3.5 s of CPU on the project's 2-core machine (22 real plans
 for the frontier; docs/memory.md, "Budgets and recompute").
 """
 from __future__ import annotations
@@ -520,19 +521,22 @@ def candidate_sets(problem: Problem, algorithm: str, budgeted: bool) -> list:
     return sets
 
 
-GREEDY_POINTS = 7
+GREEDY_FACTORS = (0.5, 1, 2, 4, 8)
 
 
 def _sqrt_sets(problem: Problem, budgeted: bool) -> list:
     """Chen's sqrt(n) set; with a budget also the greedy variant at
-    thresholds of 1/4 .. 1/2^8 of the recomputable bytes."""
+    thresholds around the recomputable bytes over sqrt(articulation
+    points), Chen's choice, from twice that to an eighth of it."""
     k = problem.sqrt_k()
     sets = [(f"sqrt k={k}", problem.checkpoint_set(problem.even_checkpoints(k)))]
     if budgeted:
         total = sum(problem.bytes[n.name] for n in problem.candidates) or 1
-        for j in range(2, GREEDY_POINTS + 2):
-            sets.append((f"sqrt greedy 1/{2 ** j}",
-                         problem.checkpoint_set(problem.greedy_checkpoints(total / 2 ** j))))
+        base = max(1.0, math.sqrt(len(problem.articulation)))
+        for f in GREEDY_FACTORS:
+            t = total / (base * f)
+            sets.append((f"sqrt greedy 1/{base * f:.1f}",
+                         problem.checkpoint_set(problem.greedy_checkpoints(t))))
     return sets
 
 
@@ -646,6 +650,8 @@ def internal_bytes(g: Graph, inf: Inferred, external, *, strategy="arena", fuse=
     else:
         lb, _, _ = planner.lower_bound(live)
         raw = arena_mod.arena_plan(live, lb).total
+        if raw <= lb:  # no plan beats the bound: 'both' cannot take less
+            return (raw, None) if lazy else raw
         if lazy:
             return raw, lambda: min(raw, both())
         return min(raw, both())

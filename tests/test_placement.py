@@ -428,3 +428,45 @@ def test_bench_train_stage_rows():
     md = "\n".join(train.stage_markdown([row]))
     assert "## Model parallel" in md and "| vgg | 2 | 8 |" in md
     assert train.parse_args(["--quick"]).stages == 0 and train.parse_args([]).stages == 2
+
+
+def test_residual_and_shared_weight_across_devices():
+    """A skip connection crossing devices, a weight read on two devices, a
+    node with no group between them: the copies of variables and of a
+    tensor read twice, gradients summed back across devices."""
+    S = sg.sym
+    x = S.Variable("data")
+    w = S.Variable("shared_weight")
+    with sg.AttrScope(ctx_group="a"):
+        h = S.FullyConnected(x, weight=w, num_hidden=6, no_bias=True, name="fc_a")
+        h = S.Activation(h, act_type="tanh", name="act_a")
+    mid = S.Activation(h, act_type="relu", name="mid")  # no group: follows its input
+    with sg.AttrScope(ctx_group="b"):
+        y = S.FullyConnected(mid, weight=w, num_hidden=6, no_bias=True, name="fc_b")
+        y = S.elemwise_add(y, h, name="skip")  # h is read on both devices
+        y = S.LinearRegressionOutput(S.sum(y, axis=1, keepdims=True, name="s"), name="out")
+    shapes = {"data": (3, 6), "out_label": (3, 1)}
+    rng = np.random.default_rng(2)
+    vals = {"data": rng.standard_normal((3, 6)), "shared_weight": rng.standard_normal((6, 6)),
+            "out_label": rng.standard_normal((3, 1))}
+    exs = []
+    for g2c in (None, {"a": sg.cpu(3), "b": sg.cpu(4)}):
+        ex = y.simple_bind(sg.cpu(0), type_dict={k: "float64" for k in shapes},
+                           group2ctx=g2c, **shapes)
+        for k, v in vals.items():
+            ex.arg_dict[k][:] = v
+        ex.forward(is_train=True)
+        ex.backward()
+        exs.append(ex)
+    one, two = exs
+    np.testing.assert_allclose(two.outputs[0].asnumpy(), one.outputs[0].asnumpy(), rtol=1e-13)
+    for k in ("data", "shared_weight"):
+        np.testing.assert_allclose(two.grad_dict[k].asnumpy(), one.grad_dict[k].asnumpy(),
+                                   rtol=1e-12, err_msg=k)
+    pl = two._programs["train"][0].placement
+    dev = {n.name: pl.device_of(n) for n in pl.graph.nodes}
+    # a variable without a group lives with its last reader (fc_b), copied to the other
+    assert dev["mid"] == sg.cpu(3) and dev["shared_weight"] == sg.cpu(4)
+    copied = {n.inputs[0].node.name for n in pl.graph.nodes
+              if n.op is not None and n.op.name == COPY_OP}
+    assert {"shared_weight", "mid", "act_a"} <= copied

@@ -96,7 +96,10 @@ def main(argv=None) -> int:
     os.makedirs(os.path.dirname(prefix), exist_ok=True)
     opt = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}
     mod = sg.mod.Module(net(sg), context=ctx)
-    mod.fit(data_iter(), kvstore=kv, optimizer="sgd", optimizer_params=opt,
+    # validation: each process scores its part (its own metric, as MXNet's)
+    val = sg.io.NDArrayIter(X[:32], y[:32], batch_size=args.batch // workers,
+                            part_index=rank, num_parts=workers)
+    mod.fit(data_iter(), eval_data=val, kvstore=kv, optimizer="sgd", optimizer_params=opt,
             initializer=sg.init.Xavier(), seed=1, num_epoch=args.epochs,
             epoch_end_callback=sg.callback.module_checkpoint(mod, prefix,
                                                              save_optimizer_states=True))

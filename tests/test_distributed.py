@@ -8,6 +8,7 @@ fails the test instead of hanging CI."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -67,6 +68,12 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path):
                          capture_output=True, text=True, env=_env(4), timeout=HARD_LIMIT_S,
                          cwd=ROOT)
     assert ref.returncode == 0, ref.stderr[-3000:]
+    # each rank scores its part: their mean is one process's score on the whole set
+    ranks = [float(m) for m in re.findall(r"\[rank \d\] Epoch\[1\] Validation-accuracy="
+                                          r"([\d.]+)", run.stderr)]
+    whole = re.findall(r"Epoch\[1\] Validation-accuracy=([\d.]+)", ref.stderr)
+    assert len(ranks) == 2 and len(whole) == 1, (run.stderr[-2000:], ref.stderr[-2000:])
+    assert np.mean(ranks) == pytest.approx(float(whole[0]), abs=1e-6)
     a, b = _params(dist), _params(one)
     assert sorted(a) == sorted(b)
     names = [k for k in a if k.startswith("arg:fc")]

@@ -787,6 +787,9 @@ class Module:
             from ..parallel import distributed
             distributed.check_same_everywhere(getattr(train_data, "num_batches", -1),
                                               "batches per epoch")
+            if eval_data is not None:
+                distributed.check_same_everywhere(getattr(eval_data, "num_batches", -1),
+                                                  "evaluation batches")
         if begin_epoch and self._optimizer.num_update == self._optimizer.begin_num_update:
             # no optimizer state was loaded: at least resume the lr schedule
             per_epoch = getattr(train_data, "num_batches", None)

@@ -21,14 +21,14 @@ fits") has the details.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from ..errors import PlanError
+from .budget import OPTIMIZER_STATES, BudgetError, optimizer_bytes, parse_budget
 
 # the search stops here: a budget this batch fits says "anything you like"
 DEFAULT_LIMIT = 1 << 20
-
-from .budget import OPTIMIZER_STATES, BudgetError, optimizer_bytes, parse_budget
 
 
 @dataclass
@@ -68,10 +68,6 @@ def _budget_error(message: str, budget: int, smallest: int | None) -> BudgetErro
     return BudgetError(message, budget=budget, smallest=smallest)
 
 
-def _parse_budget(value) -> int:
-    return parse_budget(value)
-
-
 def _scale_shapes(shapes: dict, batch_axis: int) -> tuple:
     """(the batch the shapes give, a function batch -> shapes)."""
     from ..passes.infer import check_shapes
@@ -108,11 +104,10 @@ def optimizer_state_bytes(plan, optimizer) -> int:
 
 def _optimizer(optimizer):
     """The ``Optimizer`` XLA's check compiles for a name the budget knows
-    ('sgd', 'momentum' and 'nag' with momentum 0.9, 'adam', ...), or the
-    Optimizer given."""
+    ('sgd', 'momentum' and 'nag' with momentum 0.9, 'adam', ...)."""
     from ..train import optimizer as opt_mod
-    if optimizer is None or isinstance(optimizer, opt_mod.Optimizer):
-        return optimizer
+    if optimizer is None:
+        return None
     name = str(optimizer).lower()
     if name not in OPTIMIZER_STATES:
         raise PlanError(f"unknown optimizer {optimizer!r}; choose one of "
@@ -175,8 +170,8 @@ def max_batch(net, shapes: dict, budget, train: bool = True, optimizer=None,
 
     shapes: the input shapes at any batch (set on ``batch_axis`` of every
         input given). train: plan training (forward, backward, gradients);
-        optimizer: count its state too ('sgd', 'momentum', 'adam', ... or
-        an Optimizer). recompute: let the planner recompute forward tensors
+        optimizer: count its state too, by name ('sgd', 'momentum', 'nag',
+        'adam', 'adamw', 'rmsprop'). recompute: let the planner recompute forward tensors
         in the backward to fit (budgeted plans); False plans as they are.
     xla: confirm by compiling the program a Module would run at the batch
         found (compile only) and step the batch down while XLA's figure is
@@ -186,19 +181,20 @@ def max_batch(net, shapes: dict, budget, train: bool = True, optimizer=None,
     A budget that batch 1 does not fit raises a BudgetError (a PlanError)
     naming the smallest total reachable at batch 1 and the budget.
     """
-    budget = _parse_budget(budget)
+    budget = parse_budget(budget)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise PlanError(f"max_batch: limit must be a positive int, got {limit!r}")
     _, at = _scale_shapes(shapes, batch_axis)
-    optimizer = optimizer if optimizer is None or not isinstance(optimizer, str) \
-        else optimizer.lower()
+    if optimizer is not None and not isinstance(optimizer, str):
+        raise PlanError(f"max_batch: give the optimizer by name ('sgd', 'momentum', 'adam', "
+                        f"...), not {type(optimizer).__name__}")
+    optimizer = None if optimizer is None else optimizer.lower()
     _optimizer(optimizer)  # an unknown name fails before any planning
     if optimizer is not None and not train:
         raise PlanError("max_batch: an optimizer needs train=True (inference keeps no "
                         "optimizer state)")
     run = _Planner(net, at, budget, train, optimizer, recompute, plan_kwargs)
     from tqdm import tqdm
-    import sys
     # disable=None: no bar where stderr is no terminal (a pipe, a test's capture)
     bar = tqdm(desc="max-batch", unit="plan", file=sys.stderr,
                disable=None if progress else True, leave=False)

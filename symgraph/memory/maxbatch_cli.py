@@ -51,8 +51,9 @@ def run(args) -> int:
     if not args.shape:
         raise UsageError("max-batch: --shape is required, e.g. --shape data=1,3,224,224")
     shapes = parse_shapes(args.shape)
-    from .maxbatch import _optimizer, _parse_budget, max_batch
-    budget = _parse_budget(args.budget)  # a malformed budget fails before the net is read
+    from .budget import parse_budget
+    from .maxbatch import _optimizer, max_batch
+    budget = parse_budget(args.budget)  # a malformed budget fails before the net is read
     if args.optimizer is not None and not args.train:
         raise UsageError("max-batch: --optimizer needs --train (inference keeps no "
                          "optimizer state)")

@@ -208,6 +208,8 @@ def test_settings_from_the_environment_and_slurm():
         distributed.settings_from_env({**env, "SYMGRAPH_PROCESS_ID": "4"})
     with pytest.raises(distributed.DistributedError, match="not HOST:PORT"):
         distributed.settings_from_env({**env, "SYMGRAPH_COORDINATOR": "localhost"})
+    with pytest.raises(distributed.DistributedError, match="not a list of device numbers"):
+        distributed.settings_from_env({**env, "SYMGRAPH_LOCAL_DEVICE_IDS": "0;1"})
     with pytest.raises(distributed.DistributedError, match="not a whole number"):
         distributed.settings_from_env({**env, "SYMGRAPH_NUM_PROCESSES": "two"})
 
@@ -217,8 +219,9 @@ def test_launch_environment_replaces_the_device_count():
                               "PATH": "/bin"}, rank=1, num=2, port=555, devices=3)
     assert env["XLA_FLAGS"] == "--xla_foo=1 --xla_force_host_platform_device_count=3"
     assert (env["SYMGRAPH_COORDINATOR"], env["SYMGRAPH_NUM_PROCESSES"],
-            env["SYMGRAPH_PROCESS_ID"], env["SYMGRAPH_LOCAL_DEVICES"]) == \
-        ("127.0.0.1:555", "2", "1", "3")
+            env["SYMGRAPH_PROCESS_ID"], env["SYMGRAPH_LOCAL_DEVICES"],
+            env["SYMGRAPH_LOCAL_DEVICE_IDS"]) == ("127.0.0.1:555", "2", "1", "3", "3,4,5")
+    assert distributed.settings_from_env(env)["local_device_ids"] == [3, 4, 5]
 
 
 def test_kvstore_dist_types(monkeypatch):

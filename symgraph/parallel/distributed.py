@@ -11,6 +11,10 @@ a cluster):
     SYMGRAPH_LOCAL_DEVICES   devices each process uses (informational; on
                              CPU the launcher also sets XLA_FLAGS=
                              --xla_force_host_platform_device_count=K)
+    SYMGRAPH_LOCAL_DEVICE_IDS  optional, e.g. 2,3: the GPUs this process
+                             sees (jax.distributed's local_device_ids;
+                             CPU devices ignore it). launch gives rank r
+                             the ids r*K .. r*K+K-1.
 
 Under SLURM (``srun``) the rank and count come from ``SLURM_PROCID`` and
 ``SLURM_NTASKS`` when the SYMGRAPH_ variables are not set, and the
@@ -34,6 +38,7 @@ ENV_COORDINATOR = "SYMGRAPH_COORDINATOR"
 ENV_NUM_PROCESSES = "SYMGRAPH_NUM_PROCESSES"
 ENV_PROCESS_ID = "SYMGRAPH_PROCESS_ID"
 ENV_LOCAL_DEVICES = "SYMGRAPH_LOCAL_DEVICES"
+ENV_LOCAL_DEVICE_IDS = "SYMGRAPH_LOCAL_DEVICE_IDS"
 ENV_PORT = "SYMGRAPH_PORT"
 DEFAULT_SLURM_PORT = 12321
 # how long process 0 waits for the others to connect (jax's default is 300 s)
@@ -90,7 +95,15 @@ def settings_from_env(env=None) -> dict | None:
         raise DistributedError(f"{', '.join(missing)} not set: a process started by hand "
                                f"needs {ENV_COORDINATOR}, {ENV_NUM_PROCESSES} and "
                                f"{ENV_PROCESS_ID} (symgraph launch sets them)")
-    return check_settings(coord, num, rank)
+    settings = check_settings(coord, num, rank)
+    ids = env.get(ENV_LOCAL_DEVICE_IDS)
+    if ids:
+        try:
+            settings["local_device_ids"] = [int(i) for i in ids.split(",")]
+        except ValueError:
+            raise DistributedError(f"{ENV_LOCAL_DEVICE_IDS}={ids!r} is not a list of device "
+                                   f"numbers such as 0,1") from None
+    return settings
 
 
 def check_settings(coordinator, num_processes, process_id) -> dict:
@@ -112,7 +125,8 @@ def is_initialized() -> bool:
 
 
 def initialize(coordinator: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None, timeout_s: int = INIT_TIMEOUT_S) -> dict:
+               process_id: int | None = None, timeout_s: int = INIT_TIMEOUT_S,
+               local_device_ids=None) -> dict:
     """Joins this process to the others (``jax.distributed.initialize``),
     from the arguments or else the environment; returns the settings used.
     A second call in the same process changes nothing. Must run before JAX
@@ -131,6 +145,8 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
                                "(or none of them, to read the environment)")
     else:
         settings = check_settings(coordinator, int(num_processes), int(process_id))
+    if local_device_ids is not None:
+        settings["local_device_ids"] = [int(i) for i in local_device_ids]
     if is_initialized():
         have = {"num_processes": jax.process_count(), "process_id": jax.process_index()}
         want = {k: settings[k] for k in have}
@@ -153,6 +169,7 @@ def initialize(coordinator: str | None = None, num_processes: int | None = None,
     jax.distributed.initialize(coordinator_address=settings["coordinator"],
                                num_processes=settings["num_processes"],
                                process_id=settings["process_id"],
+                               local_device_ids=settings.get("local_device_ids"),
                                initialization_timeout=int(timeout_s),
                                heartbeat_timeout_seconds=HEARTBEAT_S,
                                shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S)

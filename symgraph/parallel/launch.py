@@ -11,6 +11,8 @@ jax.distributed):
     SYMGRAPH_NUM_PROCESSES   N
     SYMGRAPH_PROCESS_ID      its rank, 0 .. N-1
     SYMGRAPH_LOCAL_DEVICES   K (--devices-per-process)
+    SYMGRAPH_LOCAL_DEVICE_IDS  i*K .. i*K+K-1: the GPUs process i sees, on
+                             a machine with N*K of them (CPUs ignore it)
     XLA_FLAGS                --xla_force_host_platform_device_count=K added,
                              so each process has K CPU devices
 
@@ -35,8 +37,8 @@ import threading
 import time
 
 from ..errors import SymgraphError
-from .distributed import (ENV_COORDINATOR, ENV_LOCAL_DEVICES, ENV_NUM_PROCESSES,
-                          ENV_PROCESS_ID)
+from .distributed import (ENV_COORDINATOR, ENV_LOCAL_DEVICE_IDS, ENV_LOCAL_DEVICES,
+                          ENV_NUM_PROCESSES, ENV_PROCESS_ID)
 
 # seconds between SIGTERM and SIGKILL when stopping the processes
 GRACE_S = 3.0
@@ -73,6 +75,7 @@ def process_env(base: dict, rank: int, num: int, port: int, devices: int) -> dic
     env[ENV_NUM_PROCESSES] = str(num)
     env[ENV_PROCESS_ID] = str(rank)
     env[ENV_LOCAL_DEVICES] = str(devices)
+    env[ENV_LOCAL_DEVICE_IDS] = ",".join(str(rank * devices + i) for i in range(devices))
     flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "",
                    env.get("XLA_FLAGS", "")).split()
     env["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={devices}"])

@@ -97,7 +97,7 @@ class Plan:
     budget: int | None = None
     recompute: list = field(default_factory=list)
     extra_flops: int = 0
-    step_flops: int | None = None
+    flops_of: tuple | None = field(default=None, repr=False)  # (graph, inferred) of the step
     algorithm: str | None = None
 
     # -- figures ---------------------------------------------------------------
@@ -106,6 +106,17 @@ class Plan:
         d = {k: self.assignments[k].total for k in PLACED}
         d["lower_bound"] = self.lower_bound
         return {k: d[k] for k in STRATEGIES}
+
+    @property
+    def step_flops(self) -> int:
+        """FLOPs of the step without recompute (the training step; the
+        forward in inference), counted on first use: as long as planning."""
+        cached = self.__dict__.get("_step_flops")
+        if cached is None:
+            from .budget import graph_flops
+            g, inf = self.flops_of or (self.graph, self.inferred)
+            cached = self.__dict__["_step_flops"] = graph_flops(g, inf)
+        return cached
 
     @property
     def total(self) -> int:
@@ -348,7 +359,7 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
     result.budget = budget_bytes
     result.recompute = rows
     result.extra_flops = extra
-    result.step_flops = budget_mod.graph_flops(g, inf)
+    result.flops_of = (g, inf)
     result.algorithm = algorithm if explicit is None else "explicit"
     if algorithm is None and explicit is None and budget_bytes is not None:
         result.algorithm = "none"

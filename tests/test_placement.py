@@ -220,6 +220,17 @@ def test_per_device_plan_checks_each_device_statically():
     bad[other] = bad[big]  # two live tensors at one offset
     with pytest.raises(PlanError, match="verify"):
         StaticCheck(d.live).check_offsets(bad)
+    from symgraph.memory.verify import check_arena
+    with pytest.raises(PlanError, match="arena run"):
+        check_arena(d.live, bad, a.total, True)
+
+
+def test_per_device_plan_runs_in_the_arena_interpreter():
+    p = sg.plan(_net(), SHAPES, train=True, group2ctx=G2C, execute=True)
+    from symgraph.memory.planner import PLACED
+    for d in p.devices.plans:
+        assert d.arena_checked == list(PLACED)
+    assert "arena interpreter" in p.devices.text("arena")
 
 
 def _cli(capsys, *argv):

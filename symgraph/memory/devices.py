@@ -48,6 +48,18 @@ class DevicePlan:
     assignments: dict
     strategy: str
     verified: bool = False
+    arena_checked: list = field(default_factory=list)
+
+    def check_arena(self, strategy: str | None = None, train: bool = True) -> None:
+        """Runs the arena interpreter with this device's tensors at their
+        planned offsets in one buffer (the other devices' values held
+        apart) against the plain lowering; PlanError if anything differs."""
+        from .verify import check_arena
+        name = strategy or self.strategy
+        a = self.assignments[name]
+        check_arena(self.live, a.offset, a.total, train, name=f"{self.device} {name}")
+        if name not in self.arena_checked:
+            self.arena_checked.append(name)
 
     @property
     def total(self) -> int:
@@ -156,14 +168,17 @@ class Devices:
             if one_device:
                 row += f"  {d.total / one_device:>12.3f}x"
             lines.append(row)
-        lines.append(f"  every device's plan verified (static check, {len(self.plans)} devices)")
+        ran = all(d.arena_checked for d in self.plans)
+        lines.append(f"  every device's plan verified (static check"
+                     f"{'; arena interpreter' if ran else ''}, {len(self.plans)} devices)")
         return "\n".join(lines)
 
 
-def plan_devices(plan, group2ctx: dict, origin: dict, default=None, verify: bool = True
-                 ) -> Devices:
+def plan_devices(plan, group2ctx: dict, origin: dict, default=None, verify: bool = True,
+                 execute: bool = False) -> Devices:
     """Per-device plans of a ``Plan`` (``origin``: backward node -> forward
-    node, from the gradient pass) placed by ``group2ctx``."""
+    node, from the gradient pass) placed by ``group2ctx``; ``execute``: also
+    run the arena interpreter for every device and strategy (small shapes)."""
     from ..parallel.placement import resolve_group2ctx
     from .pipeline import plan_graph
     g = plan.graph
@@ -241,6 +256,9 @@ def plan_devices(plan, group2ctx: dict, origin: dict, default=None, verify: bool
         out.plans.append(DevicePlan(str(pl.devices[d]), groups[d], ops[d], buckets[d],
                                     {k: internal[k] for k in STRATEGIES}, copies[d], sub, a,
                                     plan.strategy, verified=verify))
+        if execute:
+            for s in PLACED:
+                out.plans[-1].check_arena(s, plan.train)
     return out
 
 

@@ -367,7 +367,8 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
     result.timings = {**timings, **result.timings, "total": t2 - t0}
     if group2ctx is not None:
         from .devices import plan_devices
-        result.devices = plan_devices(result, group2ctx, origin, verify=verify)
+        result.devices = plan_devices(result, group2ctx, origin, verify=verify,
+                                      execute=execute)
     if execute:
         for s in PLACED:
             result.check_arena(s)

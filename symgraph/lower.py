@@ -47,7 +47,7 @@ class LowerCtx:
         previous slice's gradient: XLA's CPU convolutions compute a weight
         gradient from batch-minor copies of x and dy, and one slice's copies
         at a time are 1/k the size (the ``split_wgrad`` memory measure,
-        symgraph/xla.py). Unrolled: inside a ``lax.scan`` loop the training
+        symgraph/xla/). Unrolled: inside a ``lax.scan`` loop the training
         step of a small ResNet ran 3-15x slower on XLA's CPU backend."""
         _, vjp_x = jax.vjp(lambda x: f(x, w), x)
         dx, = vjp_x(dy)
@@ -214,7 +214,7 @@ class JaxInterpreter(Interpreter):
         if len(inputs) > 1 and _anchored(self.anchor, fwd):
             inputs = tie_to_first(inputs)
         try:
-            with jax.named_scope(node.name):  # XLA's metadata names the node (xla.py reads it)
+            with jax.named_scope(node.name):  # XLA's metadata names the node (xla/hlo.py reads it)
                 res = lowering(node.params, ctx, *inputs)
         except SymgraphError:
             raise

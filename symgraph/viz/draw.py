@@ -1,34 +1,20 @@
-"""Draw a network, and its memory plan, with Graphviz.
-
-    symgraph viz NET.json [-o OUT.svg|.png|.pdf|.dot] [--shape data=64,3,224,224]
-                          [--plan [--train] [--strategy arena]] [--rankdir TB|LR]
-                          [--show-params] [--range START:END] [--collapse REGEX]
-
-Nodes show the op and its key attributes (kernel/stride, filters, hidden
-units, activation type), coloured by op family as ``mx.viz.plot_network``
-colours them; edges carry tensor shapes once shapes are known. With
-``--plan`` every tensor (edge) takes the colour of its storage slot, so
-tensors that share memory share a colour; nodes show the bytes they
-allocate, fused groups are drawn as clusters and a legend gives the plan's
-totals per bucket. ``--train`` draws the backward graph too, dashed and
-paler than the forward. From Python, ``sg.viz.plot(net, shape=...)``
-returns a ``graphviz.Digraph`` (shown inline in Jupyter) and
-``sg.viz.render(dot, 'net.svg')`` writes it.
+"""Graph drawing: op families and their colours, names escaped for
+Graphviz, the graph drawn (``plot``: shapes, the plan's colours, the
+backward, ranges and collapsed blocks), and pictures written (``render``).
 """
 from __future__ import annotations
 
-import colorsys
 import html
 import os
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-from .errors import ShapeError, SymgraphError
-from .graph import Entry, Graph, Node
-from .passes.infer import parameter_names  # noqa: F401  (part of viz's API)
-from .util import atomic_write_bytes, atomic_write_text, short_repr
+from ..errors import ShapeError, SymgraphError
+from ..graph import Entry, Graph, Node
+from ..passes.infer import parameter_names
+from ..util import atomic_write_bytes, atomic_write_text, short_repr
+from .planview import PlanView, _lighten, format_bytes, plan_view
 
 FORMATS = ("svg", "png", "pdf", "dot")
 
@@ -118,105 +104,6 @@ def _op_title(node: Node) -> str:
 
 
 # --------------------------------------------------------------------------
-# colours of storage slots: many, distinct, readable on white
-# --------------------------------------------------------------------------
-def distinct_colors(n: int) -> list[str]:
-    """``n`` pairwise different colours as ``#rrggbb``; neighbours in the
-    list differ in hue (golden-ratio steps), later rounds vary saturation
-    and value so that no two colours ever coincide."""
-    out: list[str] = []
-    seen: set[str] = set()
-    i = 0
-    levels = [(0.85, 0.80), (0.55, 0.95), (0.95, 0.55), (0.40, 0.70), (0.70, 0.40)]
-    while len(out) < n:
-        h = (i * 0.6180339887498949) % 1.0
-        s, v = levels[(i // 12) % len(levels)]
-        r, g, b = colorsys.hsv_to_rgb(h, s, v)
-        c = f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
-        if c not in seen:
-            seen.add(c)
-            out.append(c)
-        i += 1
-    return out
-
-
-def format_bytes(n: int) -> str:
-    """``1536`` -> ``1.5 KiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
-def _lighten(color: str, amount: float = 0.55) -> str:
-    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
-    r, g, b = (round(c + (255 - c) * amount) for c in (r, g, b))
-    return f"#{r:02x}{g:02x}{b:02x}"
-
-
-# --------------------------------------------------------------------------
-# what the plan tells the picture
-# --------------------------------------------------------------------------
-@dataclass
-class PlanView:
-    """The parts of a memory plan (``symgraph.memory.Plan``) a picture shows,
-    for one strategy, keyed by the plan's graph.
-
-    ``storage``: entry id -> storage slot (planned tensors only);
-    ``slot_color``: slot -> colour, pairwise different; ``new_bytes``: node
-    id -> bytes the plan's memory grows by at that node's step (these sum to
-    the strategy's ``internal`` total); ``reused``: node id -> number of its
-    outputs placed in storage that an earlier tensor used.
-    """
-
-    plan: object
-    strategy: str
-    storage: dict = field(default_factory=dict)
-    slot_color: dict = field(default_factory=dict)
-    new_bytes: dict = field(default_factory=dict)
-    reused: dict = field(default_factory=dict)
-
-
-def plan_view(plan, strategy: str | None = None) -> PlanView:
-    """Storage slots, their colours and per-node allocations of ``plan``
-    under ``strategy`` (default: the plan's own)."""
-    strategy = strategy or plan.strategy
-    a = plan.assignment(strategy)  # PlanError for lower_bound or an unknown name
-    live = plan.live
-    storage = plan.storage(strategy)
-    # colours in order of first use, so neighbouring slots differ in hue
-    order: dict = {}
-    for t in range(live.num_tensors):
-        order.setdefault(a.slot[t], len(order))
-    colors = distinct_colors(len(order))
-    slot_color = {slot: colors[k] for slot, k in order.items()}
-    # the running maximum of the footprint: what each step adds to the plan
-    new_bytes, reused = {}, {}
-    high = 0
-    touched = set()
-    for s, fp in enumerate(plan.footprint(strategy)):
-        root = plan.steps[s][-1]
-        if fp > high:
-            new_bytes[root] = new_bytes.get(root, 0) + fp - high
-            high = fp
-        for t in live.step_out[s]:
-            if a.slot[t] in touched:
-                reused[root] = reused.get(root, 0) + 1
-            touched.add(a.slot[t])
-    return PlanView(plan, strategy, storage, slot_color, new_bytes, reused)
-
-
-def node_allocations(plan, strategy: str | None = None) -> dict:
-    """``{node name: bytes}``: how much the plan's memory grows at each node
-    (a fused group's root carries its group). The values sum to the
-    strategy's ``internal`` bytes; these are the figures ``--plan`` shows."""
-    pv = plan_view(plan, strategy)
-    nodes = plan.graph.nodes
-    return {nodes[i].name: b for i, b in pv.new_bytes.items()}
-
-
-# --------------------------------------------------------------------------
 # names as Graphviz can hold them, whatever they hold
 # --------------------------------------------------------------------------
 TEXT_LIMIT = 120  # characters of a name shown; dot refuses strings over 16,384
@@ -269,7 +156,7 @@ def _as_graph(net) -> Graph:
 
 
 def _infer(graph: Graph, shape: dict | None):
-    from .passes.infer import infer_shapes
+    from ..passes.infer import infer_shapes
     if shape:
         return infer_shapes(graph, shape, partial=True)
     try:  # shape hints in the file (``__shape__``) label what they can
@@ -281,8 +168,8 @@ def _infer(graph: Graph, shape: dict | None):
 def training_graph(graph: Graph) -> Graph:
     """The graph with its backward part, as ``sg.plan(..., train=True)``
     builds it: gradients of every argument but the data and the labels."""
-    from .memory import default_wrt
-    from .passes import build_gradient, prune
+    from ..memory import default_wrt
+    from ..passes import build_gradient, prune
     wrt = default_wrt(graph)
     if not wrt:
         raise VizError("--train: the network has no parameters to take gradients of "
@@ -293,12 +180,12 @@ def training_graph(graph: Graph) -> Graph:
 def placed_graph(graph: Graph, group2ctx: dict, train: bool = False) -> Graph:
     """The graph (with its backward part when ``train``) placed by
     ``group2ctx``: the copies between devices are nodes of it."""
-    from .memory import default_wrt
-    from .memory.devices import default_device
-    from .parallel.placement import resolve_group2ctx
-    from .passes import prune
-    from .passes.gradient import build_gradient_with_heads
-    from .passes.place import place
+    from ..memory import default_wrt
+    from ..memory.devices import default_device
+    from ..parallel.placement import resolve_group2ctx
+    from ..passes import prune
+    from ..passes.gradient import build_gradient_with_heads
+    from ..passes.place import place
     g2c = resolve_group2ctx(graph, group2ctx, check_devices=False)
     origin: dict = {}
     if train:
@@ -443,7 +330,7 @@ def plot(net, shape: dict | None = None, plan=None, train: bool = False, *,
     pv = None
     if plan is not None and plan is not False:
         if plan is True:
-            from . import memory
+            from .. import memory
             pl = memory.plan(graph, shape or {}, train=train, strategy=strategy or "arena",
                              group2ctx=group2ctx)
             if group2ctx is not None:
@@ -682,109 +569,6 @@ def _legend(pv: PlanView) -> str:
 
 
 # --------------------------------------------------------------------------
-# the memory timeline
-# --------------------------------------------------------------------------
-TIMELINE_STRATEGIES = ("naive", "inplace", "coshare", "both", "arena")
-_TIMELINE_COLORS = {"naive": "#7f7f7f", "inplace": "#1f77b4", "coshare": "#ff7f0e",
-                    "both": "#2ca02c", "arena": "#9467bd", "lower_bound": "#d62728"}
-
-
-def timeline(plan) -> dict:
-    """The data of the timeline picture: ``{strategy: bytes in use at each
-    step}`` for every strategy (slot strategies count the slots touched so
-    far, allocated up front as MXNet does; the arena its highest live byte)
-    and ``'live'``: the bytes live at each step less what inplace can save
-    there, whose maximum is the lower bound."""
-    data = {s: plan.footprint(s) for s in TIMELINE_STRATEGIES}
-    data["live"] = list(plan.profile)
-    return data
-
-
-def _byte_unit(n: float):
-    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if n >= scale:
-            return unit, scale
-    return "bytes", 1
-
-
-def plot_timeline(plan, path=None, *, title: str | None = None):
-    """Memory per step of ``plan``'s schedule: one line per strategy, the
-    live bytes (shaded) with the lower bound as a dashed line, and the peak
-    step marked. Returns the matplotlib Figure; with ``path`` (.png .svg
-    .pdf) it is also written there, atomically.
-
-    This is ``symgraph plan NET.json --shape ... --plot OUT.png``: the
-    picture that answers "where does my memory go"."""
-    import io
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fmt = None
-    if path is not None:
-        fmt = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
-        if fmt not in ("png", "svg", "pdf"):
-            raise VizError(f"cannot write {os.fspath(path)!r}: unknown picture format "
-                           f"'{fmt or '(no extension)'}'; use .png, .svg or .pdf")
-    data = timeline(plan)
-    nsteps = len(data["live"])
-    top = max([plan.lower_bound] + [max(v, default=0) for v in data.values()])
-    unit, scale = _byte_unit(top)
-    # steps are numbered from 1, as `symgraph plan` reports the peak ("step 2/25")
-    steps = list(range(1, nsteps + 1))
-
-    fig = Figure(figsize=(9, 4.8), dpi=100)
-    FigureCanvasAgg(fig)  # no pyplot: nothing global changes in the caller
-    ax = fig.add_subplot(1, 1, 1)
-    ax.fill_between(steps, [b / scale for b in data["live"]], step="mid", alpha=0.18,
-                    color=_TIMELINE_COLORS["lower_bound"], linewidth=0,
-                    label="live tensors (less inplace savings)")
-    for s in TIMELINE_STRATEGIES:
-        total = plan.internal[s]
-        ax.plot(steps, [b / scale for b in data[s]], drawstyle="steps-mid",
-                color=_TIMELINE_COLORS[s], linewidth=1.6,
-                label=f"{s}: {format_bytes(total)}")
-    ax.axhline(plan.lower_bound / scale, color=_TIMELINE_COLORS["lower_bound"],
-               linestyle="--", linewidth=1.2,
-               label=f"lower bound: {format_bytes(plan.lower_bound)}")
-    if plan.peak_step is not None:
-        peak = plan.peak_step + 1
-        ax.axvline(peak, color=_TIMELINE_COLORS["lower_bound"], linestyle=":", linewidth=1)
-        ax.plot([peak], [plan.lower_bound / scale], marker="v", markersize=9,
-                color=_TIMELINE_COLORS["lower_bound"], linestyle="none")
-        name = plan.live.step_name(plan.peak_step)
-        if len(name) > 40:
-            name = name[:37] + "..."
-        ax.annotate(f"peak: step {peak}/{nsteps} ({name})",
-                    xy=(peak, plan.lower_bound / scale), xytext=(0, 10),
-                    textcoords="offset points", fontsize=8,
-                    ha="right" if peak > nsteps / 2 else "left",
-                    color=_TIMELINE_COLORS["lower_bound"])
-    if plan.train:
-        forward = _forward_mask(plan.graph, plan.num_forward_outputs)
-        first_bwd = next((s for s, members in enumerate(plan.steps)
-                          if not forward[members[-1]]), None)
-        if first_bwd is not None:
-            ax.axvline(first_bwd + 0.5, color="#999999", linewidth=0.8)
-            ax.text(first_bwd + 1, 0.02, " backward", transform=ax.get_xaxis_transform(),
-                    fontsize=8, color="#666666")
-    ax.set_xlim(0.5, max(nsteps + 0.5, 1.5))
-    ax.set_ylim(0, top / scale * 1.12 if top else 1)
-    ax.set_xlabel("step of the schedule")
-    ax.set_ylabel(f"memory in use ({unit})")
-    ax.set_title(title or f"{plan.net}: internal memory per step "
-                          f"({'training' if plan.train else 'inference'})", fontsize=11)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", framealpha=0.9)
-    fig.tight_layout()
-    if path is not None:
-        buf = io.BytesIO()
-        fig.savefig(buf, format=fmt)
-        atomic_write_bytes(path, buf.getvalue())
-    return fig
-
-
-# --------------------------------------------------------------------------
 # writing files
 # --------------------------------------------------------------------------
 def output_format(path) -> str:
@@ -824,76 +608,3 @@ def render(dot, path) -> str:
                        f"the graph ({err.strerror or err})") from None
     atomic_write_bytes(path, data)
     return os.fspath(path)
-
-
-# --------------------------------------------------------------------------
-# the `symgraph viz` subcommand
-# --------------------------------------------------------------------------
-def add_arguments(parser) -> None:
-    parser.add_argument("net", metavar="NET.json", help="network as MXNet symbol JSON")
-    parser.add_argument("-o", "--output", metavar="OUT",
-                        help="output file; its extension picks the format: .svg .png .pdf "
-                             ".dot (default: NET.svg beside the input)")
-    parser.add_argument("--shape", action="append", metavar="NAME=DIMS", default=[],
-                        help="input shape, e.g. data=64,3,224,224 (repeatable); edges are "
-                             "labelled with tensor shapes")
-    parser.add_argument("--plan", action="store_true",
-                        help="draw the memory plan (needs --shape): tensors coloured by "
-                             "storage slot, bytes per node, fused groups, a legend of totals")
-    parser.add_argument("--train", action="store_true",
-                        help="draw the backward graph too (dashed, paler)")
-    parser.add_argument("--strategy", default="arena",
-                        choices=("naive", "inplace", "coshare", "both", "arena"),
-                        help="with --plan: the strategy whose storage is drawn (default: "
-                             "arena, as in symgraph plan)")
-    parser.add_argument("--rankdir", default="TB", choices=("TB", "LR", "BT", "RL"),
-                        help="layout direction: TB top to bottom (default), LR left to right")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--show-params", dest="hide_params", action="store_false",
-                       help="draw weights, biases and aux states as input nodes")
-    group.add_argument("--hide-params", dest="hide_params", action="store_true",
-                       help="hide weights, biases and aux states (the default)")
-    parser.set_defaults(hide_params=True)
-    parser.add_argument("--range", dest="node_range", metavar="START:END",
-                        help="draw only the nodes on paths from START to END, e.g. "
-                             "conv3_1:conv4_1 (either side may be empty)")
-    parser.add_argument("--collapse", metavar="REGEX",
-                        help="draw each run of consecutive nodes whose names give the same "
-                             "match (its first group, if any) as one block, e.g. "
-                             "'stage\\d+_unit\\d+' for ResNet units")
-    parser.add_argument("--title", help="graph name (default: the output node's name)")
-    parser.add_argument("--group2ctx", metavar="GROUP=DEV,...", default=None,
-                        help="draw the net placed by ctx_group, e.g. stage1=cpu:1,stage2=cpu:2, "
-                             "with a _CrossDeviceCopy node on every edge between devices")
-
-
-def load_net(path):
-    """The Symbol in an MXNet symbol-JSON file (``symgraph.cli.load_net``)."""
-    from .cli import load_net as load
-    return load(path)
-
-
-def run(args) -> int:
-    """``symgraph viz``: writes the picture, prints its path; 0 on success."""
-    from .cli import check_net_file, check_output_folder, parse_shapes
-
-    out = args.output or os.path.splitext(args.net)[0] + ".svg"
-    check_net_file(args.net)  # a missing input is named before its default output
-    output_format(out)  # an unknown extension fails before any work
-    check_output_folder(out)
-    shape = parse_shapes(args.shape)
-    if args.plan and not shape:
-        raise VizError("--plan needs the input shapes: add --shape NAME=DIMS, e.g. "
-                       "--shape data=64,3,224,224")
-    group2ctx = None
-    if args.group2ctx is not None:
-        from .parallel.placement import parse_group2ctx_arg
-        group2ctx = parse_group2ctx_arg(args.group2ctx)
-    net = load_net(args.net)
-    dot = plot(net, shape=shape or None, plan=True if args.plan else None, train=args.train,
-               strategy=args.strategy, hide_params=args.hide_params, rankdir=args.rankdir,
-               node_range=args.node_range, collapse=args.collapse, title=args.title,
-               group2ctx=group2ctx)
-    render(dot, out)
-    print(f"wrote {out}")
-    return 0

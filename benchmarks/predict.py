@@ -2,7 +2,7 @@
 """A footprint you can predict: the plan's predicted total beside XLA's figure.
 
     python benchmarks/predict.py [--nets resnet-50,vgg16] [--batch 8] [--modes train,infer]
-                                 [--reuse] [--rss NET:MODE,...] [--rss-batch 4]
+                                 [--reuse] [--rss NET:MODE[:BATCH],...] [--rss-batch 4]
                                  [--out benchmarks/results/predict]
 
 For each zoo net and mode this plans the net (``sg.plan``), predicts the
@@ -136,12 +136,13 @@ def markdown(rows: list, rss: list, env: dict, command: str) -> str:
                 "*resident*: the program's arguments (resident before the run) plus how far "
                 "the peak resident set rose during its first run, in a fresh process "
                 "(`benchmarks/xla_rss.py`'s measurement).",
-                "", "| net | mode | batch | predicted | XLA | resident | error |",
-                "|---|---|--:|--:|--:|--:|--:|"]
+                "", "| net | mode | batch | predicted | XLA | resident | resident - XLA "
+                "| error |", "|---|---|--:|--:|--:|--:|--:|--:|"]
         for r in rss:
             out.append(f"| {r['net']} | {r['mode']} | {r['batch']} "
                        f"| {r['predicted'] / MIB:,.0f} | {r['xla_footprint'] / MIB:,.0f} "
                        f"| {r['resident'] / MIB:,.0f} "
+                       f"| {(r['resident'] - r['xla_footprint']) / MIB:+,.0f} "
                        f"| {100 * r['error']:+.1f}% |")
     return "\n".join(out) + "\n"
 
@@ -154,7 +155,8 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="train,infer")
     ap.add_argument("--reuse", action="store_true",
                     help="take XLA's figures from --out's results.json where they match")
-    ap.add_argument("--rss", default="", help="NET:MODE,... also run in a fresh process")
+    ap.add_argument("--rss", default="",
+                    help="NET:MODE[:BATCH],... also run in a fresh process (BATCH: --rss-batch)")
     ap.add_argument("--rss-batch", type=int, default=4)
     ap.add_argument("--out", default="predict")
     args = ap.parse_args(argv)
@@ -188,10 +190,11 @@ def main(argv=None) -> int:
             json.dump({"rows": rows, "rss": []}, f, indent=1)
     rss = []
     for item in filter(None, args.rss.split(",")):
-        name, _, mode = item.partition(":")
-        m = rss_figure(name, args.rss_batch, mode)
-        pr = predicted(name, args.rss_batch, mode == "train")
-        rss.append({"net": name, "mode": mode, "batch": args.rss_batch, **m,
+        name, mode, *b = item.split(":")
+        batch = int(b[0]) if b else args.rss_batch
+        m = rss_figure(name, batch, mode)
+        pr = predicted(name, batch, mode == "train")
+        rss.append({"net": name, "mode": mode, "batch": batch, **m,
                     "predicted": pr["predicted"], "resident": m["resident"],
                     "error": pr["predicted"] / m["resident"] - 1})
     env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

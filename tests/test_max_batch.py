@@ -253,3 +253,17 @@ def test_prediction_on_random_nets_is_defined_and_covers_the_known_parts():
                 if train:
                     # momentum state and every gradient (at least the largest)
                     assert pr.parts["optimizer"] == p.buckets["gradients"]
+
+
+def test_plan_report_prints_the_prediction_beside_xlas_figure(capsys, tmp_path):
+    path = tmp_path / "mlp.json"
+    path.write_text(sg.models.get_model("mlp").tojson())
+    assert main(["plan", str(path), "--shape", "data=8,1,28,28", "--train"]) == 0
+    out = capsys.readouterr().out
+    p = sg.plan(sg.models.get_model("mlp"), {"data": (8, 1, 28, 28)}, train=True)
+    fig = xla.footprint(xla.memory(xla.plan_step(p)))
+    line = [x for x in out.splitlines() if x.startswith("predicted footprint")]
+    assert len(line) == 1 and f"{p.predicted / fig:.3f}x XLA's" in line[0]
+    assert main(["plan", str(path), "--shape", "data=8,1,28,28", "--no-xla"]) == 0
+    out = capsys.readouterr().out
+    assert "predicted footprint" in out and "x XLA's" not in out

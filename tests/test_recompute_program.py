@@ -320,3 +320,30 @@ def test_the_budgeted_program_holds_what_the_budgeted_plan_says(case, monkeypatc
     untied = temp(p)
     print(f"  untied {untied:,}")
     assert untied > 1.1 * kept
+
+
+def test_data_parallel_module_under_a_budget_equals_the_plain_one():
+    """Two devices: the budget is planned at the per-device batch and the
+    recomputing step, summed over the devices, is the plain one."""
+    net = conv_net()
+    per_device = {"data": (4,) + FIT_SHAPES["data"][1:], "softmax_label": (4,)}
+    budget = int(0.85 * sg.plan(net, per_device, train=True, dtypes=F64,
+                                optimizer="momentum").total)
+    rng = np.random.default_rng(3)
+    batch = sg.io.DataBatch([rng.normal(size=FIT_SHAPES["data"])],
+                            [rng.integers(0, 3, size=8).astype(np.float64)])
+    mods = []
+    for kw in ({}, {"memory_budget": budget}):
+        mod = sg.mod.Module(net, context=[sg.cpu(0), sg.cpu(1)], **kw)
+        mod.bind([sg.io.DataDesc("data", FIT_SHAPES["data"], "float64")],
+                 [sg.io.DataDesc("softmax_label", (8,), "float64")])
+        mod.init_params(sg.init.Xavier(magnitude=2.0), seed=0)
+        mod.init_optimizer(optimizer="sgd",
+                           optimizer_params={"learning_rate": 0.1, "momentum": 0.9})
+        mod.train_step(batch)
+        mods.append(mod)
+    assert mods[1].budget_plan.recompute and mods[1].budget_plan.total <= budget
+    assert mods[1].budget_plan.shapes["data"][0] == 4
+    for a, b in zip(mods[0].get_params(), mods[1].get_params()):
+        for k in a:
+            np.testing.assert_allclose(b[k].asnumpy(), a[k].asnumpy(), rtol=1e-10, atol=1e-12)

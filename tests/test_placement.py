@@ -481,3 +481,36 @@ def test_residual_and_shared_weight_across_devices():
     copied = {n.inputs[0].node.name for n in pl.graph.nodes
               if n.op is not None and n.op.name == COPY_OP}
     assert {"shared_weight", "mid", "act_a"} <= copied
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_pipelined_microbatches_equal_data_parallel(replicas):
+    """GPipe: every microbatch's forward through the stages, then every
+    backward; the data-parallel Module over replicas x microbatches devices
+    (the same slices of the batch, ghost-batch BatchNorm, keys), float64."""
+    from symgraph.parallel.model_parallel import Pipelined
+    maps = [Pipelined({"stage1": sg.cpu(1), "stage2": sg.cpu(2)}, microbatches=2),
+            Pipelined({"stage1": sg.cpu(4), "stage2": sg.cpu(5)}, microbatches=2)][:replicas]
+    ctx = [sg.cpu(0), sg.cpu(3)][:replicas]
+    dp = _module(context=[sg.cpu(6), sg.cpu(7), sg.cpu(0), sg.cpu(3)][:2 * replicas])
+    gp = _module(maps, context=ctx)
+    for b in _batches(2):
+        dp.train_step(b)
+        gp.train_step(b)
+        np.testing.assert_allclose(gp.get_outputs()[0].asnumpy(), dp.get_outputs()[0].asnumpy(),
+                                   rtol=1e-10)
+    b = _batches(1)[0]
+    for m in (dp, gp):
+        m.forward(b, is_train=True)
+        m.backward()
+        m.update()
+    (a1, x1), (a2, x2) = dp.get_params(), gp.get_params()
+    for k in {**a1, **x1}:
+        np.testing.assert_allclose({**a2, **x2}[k].asnumpy(), {**a1, **x1}[k].asnumpy(),
+                                   rtol=1e-10, atol=1e-13, err_msg=k)
+    for m in (dp, gp):
+        m.forward(b, is_train=False)
+    np.testing.assert_allclose(gp.get_outputs()[0].asnumpy(), dp.get_outputs()[0].asnumpy(),
+                               rtol=1e-10)
+    with pytest.raises(ContextError, match="positive integer"):
+        Pipelined(G2C, microbatches=0)

@@ -30,6 +30,22 @@ from .data_parallel import BATCH_AXIS
 from .placement import Replicas, StagedProgram, placed_split, resolve_group2ctx
 
 
+class Pipelined(dict):
+    """A group2ctx mapping whose batch runs as ``microbatches`` microbatches
+    pushed through the stages GPipe-style: every microbatch's forward,
+    then every backward, the gradients summed, the moving statistics
+    averaged -- data parallel over ``microbatches`` slices of the batch,
+    one after the other, so the stages can work on different microbatches
+    at once. ``Module(net, group2ctxs=Pipelined({'stage1': sg.cpu(1), ...},
+    microbatches=4))``."""
+
+    def __init__(self, group2ctx: dict, microbatches: int):
+        super().__init__(group2ctx)
+        if not isinstance(microbatches, int) or microbatches < 1:
+            raise ContextError(f"microbatches must be a positive integer, got {microbatches!r}")
+        self.microbatches = microbatches
+
+
 class PlacedDevices:
     """What a Module asks of its devices, for R placed replicas (worker
     groups; R = 1 is plain model parallel): replica r runs nodes without a
@@ -82,7 +98,12 @@ class PlacedDevices:
                 raise ContextError(f"group2ctxs[{r}] shares devices between groups (or with "
                                    f"its context) differently from group2ctxs[0]; every "
                                    f"replica needs the same layout")
-        self.n = self.n_local = len(ctxs)
+        self.microbatches = getattr(maps[0], "microbatches", 1)
+        if any(getattr(m, "microbatches", 1) != self.microbatches for m in maps):
+            raise ContextError("every group2ctxs mapping must ask for the same microbatches")
+        self.replicas = len(ctxs)
+        # the slices of a batch, as data parallel over that many devices cuts it
+        self.n = self.n_local = self.replicas * self.microbatches
         self.contexts = ctxs
         self.group2ctx = g2cs[0]
         self.group2ctxs = g2cs
@@ -132,8 +153,9 @@ class PlacedDevices:
 
     def check_batch_size(self, batch_size: int, what: str = "batch size") -> None:
         if batch_size % self.n:
-            raise ContextError(f"{what} {batch_size} cannot be split evenly over {self.n} "
-                               f"worker groups; use a multiple of {self.n}")
+            raise ContextError(f"{what} {batch_size} cannot be split evenly over "
+                               f"{self.replicas} worker group(s) x {self.microbatches} "
+                               f"microbatch(es); use a multiple of {self.n}")
 
     def spmd(self, local_fn, in_specs=None, out_specs=None):
         return local_fn
@@ -185,7 +207,8 @@ class PlacedTrainPrograms(TrainPrograms):
 
     # -- pieces ----------------------------------------------------------------------
     def _replicas(self, heads=()) -> Replicas:
-        return Replicas(self.devices.meshes, self.batch_names, [h for h, _ in heads])
+        return Replicas(self.devices.meshes, self.batch_names, [h for h, _ in heads],
+                        self.devices.microbatches)
 
     def _placed(self, wrt):
         key = ("placed", tuple(wrt))
@@ -197,29 +220,58 @@ class PlacedTrainPrograms(TrainPrograms):
 
     @staticmethod
     def _base_key(rkey, t):
-        # the step's key; each replica's segment folds in its index (data
-        # parallel's device index), so one replica draws as one device does
+        # the step's key; each segment folds in its slice's index (data
+        # parallel's device index), so one slice draws as one device does
         return jax.random.fold_in(rkey, jnp.asarray(t).astype(jnp.uint32))
 
-    def _stacked_heads(self, split, sig, given=None) -> dict:
-        """Head-gradient feeds with a leading replica axis."""
-        feeds = self._head_feeds(split, sig, given)
+    def _micro(self, x, m: int):
+        """Microbatch m of a batch array: rows m of each replica's part (the
+        whole array with one microbatch)."""
+        mb = self.devices.microbatches
+        if mb == 1:
+            return x
+        r = self.devices.replicas
+        rows = x.shape[0] // (r * mb)
+        return x.reshape((r, mb, rows) + tuple(x.shape[1:]))[:, m].reshape(
+            (r * rows,) + tuple(x.shape[1:]))
+
+    def _micro_feeds(self, params, fixed, aux, batch, m: int) -> dict:
+        return self._feeds(params, fixed, aux, {k: self._micro(v, m) for k, v in batch.items()})
+
+    def _stacked_heads(self, split, sig, given=None, m: int = 0) -> dict:
+        """Head-gradient feeds of microbatch m with a leading replica axis."""
         info = self._outputs_info(sig)
-        r = self.devices.n
+        if given:
+            given = {i: (self._micro(h, m) if h is not None and info[i][1] else h)
+                     for i, h in given.items()}
+        feeds = self._head_feeds(split, sig, given)
+        r = self.devices.replicas
         for var, i in split.heads:
             v, local = feeds[var], info[i][0]
             feeds[var] = (jnp.broadcast_to(v, (r,) + tuple(v.shape)) if tuple(v.shape) == local
                           else v.reshape((r,) + local))
         return feeds
 
-    def _unstack_outputs(self, outs, sig) -> list:
-        """Outputs as one device gives them: batch outputs concatenated over
-        the replicas, others averaged."""
+    def _unstack(self, per_micro: list, batched: bool):
+        """One value as one device gives it, from its stacked (replica axis
+        first) value per microbatch: batch rows in the order data parallel
+        cuts them (replica, then microbatch), others averaged."""
+        if not batched:
+            return sum(o.mean(0) for o in per_micro) / len(per_micro)
+        x = per_micro[0] if len(per_micro) == 1 else jnp.stack(per_micro, axis=1)
+        return x.reshape((-1,) + tuple(per_micro[0].shape[2:]))
+
+    def _unstack_outputs(self, per_micro: list, sig) -> list:
         info = self._outputs_info(sig)
-        res = []
-        for o, (_, batched) in zip(outs, info):
-            res.append(o.reshape((-1,) + tuple(o.shape[2:])) if batched else o.mean(0))
+        res = [self._unstack([outs[i] for outs in per_micro], batched)
+               for i, (_, batched) in enumerate(info)]
         return self._finish_outputs(res, sig)
+
+    @staticmethod
+    def _mean_aux(updates: list) -> dict:
+        if len(updates) == 1:
+            return updates[0]
+        return {k: sum(u[k] for u in updates) / len(updates) for k in updates[0]}
 
     def _update_fn(self, optimizer):
         """(params, grads, states, lr, t) -> (params, states): one jitted
@@ -247,6 +299,52 @@ class PlacedTrainPrograms(TrainPrograms):
         self._cache[key] = update
         return update
 
+    def _split_programs(self, wrt):
+        """(split, forward program, backward program, saved keys) for the
+        gradients of ``wrt``: what the forward saves, the backward reads."""
+        key = ("split_programs", tuple(wrt))
+        if key not in self._cache:
+            split, pl, saved = self._placed(wrt)
+            g, n_out = pl.graph, self.n_out
+            variables = {n.name for n in g.variables}
+            fwd = StagedProgram(pl, list(g.outputs[:n_out]) + list(saved.values()), variables,
+                                True, self.measures(True), self._replicas())
+            bwd = StagedProgram(pl, g.outputs[n_out:], variables | set(saved), True,
+                                self.measures(True), self._replicas(split.heads))
+            self._cache[key] = (split, fwd, bwd, list(saved))
+        return self._cache[key]
+
+    def _forward_all(self, fwd, params, aux, fixed, batch, key) -> tuple:
+        """Every microbatch's forward, in order (GPipe's first phase):
+        (outputs per microbatch, saved per microbatch, averaged aux updates)."""
+        outs, saved, upds = [], [], []
+        for m in range(self.devices.microbatches):
+            o, u = fwd(self._micro_feeds(params, fixed, aux, batch, m), key, m)
+            outs.append(o[:self.n_out])
+            saved.append(o[self.n_out:])
+            upds.append(u)
+        return outs, saved, self._mean_aux(upds)
+
+    def _backward_all(self, split, bwd, saved_keys, wrt, params, aux, fixed, batch, saved,
+                      sig, key, given=None) -> dict:
+        """Every microbatch's backward, last first (GPipe's second phase):
+        the gradients of ``wrt`` summed over the microbatches (replica axis
+        kept), input gradients in batch order."""
+        grads, inputs = {}, {}
+        for m in reversed(range(self.devices.microbatches)):
+            feeds = self._micro_feeds(params, fixed, aux, batch, m)
+            feeds.update(zip(saved_keys, saved[m]))
+            feeds.update(self._stacked_heads(split, sig, given, m))
+            outs, _ = bwd(feeds, key, m)
+            for k, g in zip(wrt, outs):
+                if k in self.batch_names:
+                    inputs.setdefault(k, {})[m] = g
+                else:
+                    grads[k] = g if k not in grads else grads[k] + g
+        igrads = {k: self._unscale(self._unstack([v[m] for m in sorted(v)], True))
+                  for k, v in inputs.items()}
+        return self._combine_grads(grads), igrads
+
     # -- the programs ------------------------------------------------------------------
     def update(self, optimizer):
         return self._update_fn(optimizer)
@@ -255,22 +353,35 @@ class PlacedTrainPrograms(TrainPrograms):
         key = ("fused", sig, self.optimizer_key(optimizer, self.trainable))
         if key in self._cache:
             return self._cache[key]
-        split, pl, _ = self._placed(self.trainable)
-        variables = {n.name for n in pl.graph.variables}
-        prog = StagedProgram(pl, pl.graph.outputs, variables, True, self.measures(True),
-                             self._replicas(split.heads))
         update = self._update_fn(optimizer)
         n_out, names = self.n_out, self.trainable
+        if self.devices.microbatches > 1:
+            split, fwd, bwd, saved_keys = self._split_programs(names)
 
-        def step(params, states, aux, fixed, batch, lr, t, rkey):
-            feeds = self._feeds(params, fixed, aux, batch)
-            feeds.update(self._stacked_heads(split, sig))
-            outs, aux_upd = prog(feeds, self._base_key(rkey, t))
-            grads = self._combine_grads(dict(zip(names, outs[n_out:])))
-            new_p, new_s = update(params, grads, states, lr, t)
-            return new_p, new_s, self._combine_aux(aux, aux_upd), \
-                self._unstack_outputs(outs[:n_out], sig)
-        step.programs = prog.num_programs
+            def step(params, states, aux, fixed, batch, lr, t, rkey):
+                k = self._base_key(rkey, t)
+                outs, saved, aux_upd = self._forward_all(fwd, params, aux, fixed, batch, k)
+                grads, _ = self._backward_all(split, bwd, saved_keys, names, params, aux,
+                                              fixed, batch, saved, sig, k)
+                new_p, new_s = update(params, grads, states, lr, t)
+                return new_p, new_s, self._combine_aux(aux, aux_upd), \
+                    self._unstack_outputs(outs, sig)
+            step.programs = fwd.num_programs + bwd.num_programs
+        else:  # one pass of the whole graph: forward and backward in one walk
+            split, pl, _ = self._placed(names)
+            variables = {n.name for n in pl.graph.variables}
+            prog = StagedProgram(pl, pl.graph.outputs, variables, True, self.measures(True),
+                                 self._replicas(split.heads))
+
+            def step(params, states, aux, fixed, batch, lr, t, rkey):
+                feeds = self._feeds(params, fixed, aux, batch)
+                feeds.update(self._stacked_heads(split, sig))
+                outs, aux_upd = prog(feeds, self._base_key(rkey, t))
+                grads = self._combine_grads(dict(zip(names, outs[n_out:])))
+                new_p, new_s = update(params, grads, states, lr, t)
+                return new_p, new_s, self._combine_aux(aux, aux_upd), \
+                    self._unstack_outputs([outs[:n_out]], sig)
+            step.programs = prog.num_programs
         step.lower = _no_single_program
         self._cache[key] = step
         return step
@@ -279,17 +390,12 @@ class PlacedTrainPrograms(TrainPrograms):
         key = ("fwd", sig, tuple(wrt))
         if key in self._cache:
             return self._cache[key]
-        split, pl, saved = self._placed(wrt)
-        g, n_out = pl.graph, self.n_out
-        variables = {n.name for n in g.variables}
-        prog = StagedProgram(pl, list(g.outputs[:n_out]) + list(saved.values()), variables,
-                             True, self.measures(True), self._replicas())
+        _, fwd_prog, _, _ = self._split_programs(wrt)
 
         def fwd(params, aux, fixed, batch, t, rkey):
-            outs, aux_upd = prog(self._feeds(params, fixed, aux, batch),
-                                 self._base_key(rkey, t))
-            return self._unstack_outputs(outs[:n_out], sig), outs[n_out:], \
-                self._combine_aux(aux, aux_upd)
+            outs, saved, aux_upd = self._forward_all(fwd_prog, params, aux, fixed, batch,
+                                                     self._base_key(rkey, t))
+            return self._unstack_outputs(outs, sig), saved, self._combine_aux(aux, aux_upd)
         self._cache[key] = fwd
         return fwd
 
@@ -297,24 +403,12 @@ class PlacedTrainPrograms(TrainPrograms):
         key = ("bwd", sig, tuple(wrt))
         if key in self._cache:
             return self._cache[key]
-        split, pl, saved = self._placed(wrt)
-        g, n_out = pl.graph, self.n_out
-        variables = {n.name for n in g.variables}
-        prog = StagedProgram(pl, g.outputs[n_out:], variables | set(saved), True,
-                             self.measures(True), self._replicas(split.heads))
-        saved_keys = list(saved)
-        inputs = self.batch_names
+        split, _, bwd_prog, saved_keys = self._split_programs(wrt)
 
-        def bwd(params, aux, fixed, batch, saved_values, heads, t, rkey, scale):
-            feeds = self._feeds(params, fixed, aux, batch)
-            feeds.update(zip(saved_keys, saved_values))
-            feeds.update(self._stacked_heads(split, sig, dict(enumerate(heads))))
-            outs, _ = prog(feeds, self._base_key(rkey, t))
-            grads = dict(zip(wrt, outs))
-            pgrads = self._combine_grads({k: v for k, v in grads.items() if k not in inputs})
-            igrads = {k: self._unscale(v).reshape((-1,) + tuple(v.shape[2:]))
-                      for k, v in grads.items() if k in inputs}
-            return pgrads, igrads
+        def bwd(params, aux, fixed, batch, saved, heads, t, rkey, scale):
+            return self._backward_all(split, bwd_prog, saved_keys, wrt, params, aux, fixed,
+                                      batch, saved, sig, self._base_key(rkey, t),
+                                      dict(enumerate(heads)))
         self._cache[key] = bwd
         return bwd
 
@@ -327,7 +421,9 @@ class PlacedTrainPrograms(TrainPrograms):
                              False, self.measures(False), self._replicas())
 
         def infer(params, aux, fixed, batch, t, rkey):
-            outs, _ = prog(self._feeds(params, fixed, aux, batch), self._base_key(rkey, t))
+            k = self._base_key(rkey, t)
+            outs = [prog(self._micro_feeds(params, fixed, aux, batch, m), k, m)[0]
+                    for m in range(self.devices.microbatches)]
             return self._unstack_outputs(outs, sig)
         self._cache[key] = infer
         return infer

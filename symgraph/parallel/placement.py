@@ -17,6 +17,7 @@ gives the Executor its programs.
 from __future__ import annotations
 
 import jax
+import numpy as np
 
 from .. import measures as measures_mod
 from ..context import Context
@@ -82,8 +83,10 @@ class Replicas:
     variables given per replica (a leading axis of R, as every value a
     segment passes on is); other variables are replicated."""
 
-    def __init__(self, meshes: list, batch, stacked=()):
+    def __init__(self, meshes: list, batch, stacked=(), microbatches: int = 1):
         self.meshes = list(meshes)
+        # per replica, the batch is run as this many microbatches (GPipe)
+        self.microbatches = microbatches
         self.batch = set(batch)
         self.stacked = set(stacked)
 
@@ -98,21 +101,23 @@ class Replicas:
         return NamedSharding(self.meshes[d], P() if kind == "rep" else P(BATCH_AXIS))
 
 
-def _replicated_segment(fn, mesh, ins: list, kinds: dict, n_out: int):
+def _replicated_segment(fn, mesh, ins: list, kinds: dict, n_out: int, microbatches: int):
     """``fn`` (a lowered segment) run on every replica by ``shard_map``:
     stacked inputs lose their replica axis, outputs gain one, aux updates
     are averaged over the replicas (as data parallel averages them) and
-    each replica's random key folds in its index."""
+    each replica's random key folds in the index of its slice of the batch
+    (replica r's microbatch m is slice r * microbatches + m, the device
+    index data parallel over that many devices would fold in)."""
     from jax.sharding import PartitionSpec as P
     from .data_parallel import BATCH_AXIS
 
-    def local(sub, key):
+    def local(sub, key, m):
         feeds = {k: v[0] if kinds[k] == "stack" else v for k, v in sub.items()}
         if key is not None:
-            key = jax.random.fold_in(key, jax.lax.axis_index(BATCH_AXIS))
+            key = jax.random.fold_in(key, jax.lax.axis_index(BATCH_AXIS) * microbatches + m)
         outs, upd = fn(feeds, key)
         return [o[None] for o in outs], jax.lax.pmean(upd, BATCH_AXIS)
-    in_specs = ({k: P() if kinds[k] == "rep" else P(BATCH_AXIS) for k in ins}, P())
+    in_specs = ({k: P() if kinds[k] == "rep" else P(BATCH_AXIS) for k in ins}, P(), P())
     return jax.shard_map(local, mesh=mesh, in_specs=in_specs,
                          out_specs=([P(BATCH_AXIS)] * n_out, P()), check_vma=False)
 
@@ -186,7 +191,8 @@ class StagedProgram:
             self.kinds.update((k, "stack") for k in keys)
             fn = measures_mod.lower_measured(sub, is_train, measures)
             if replicas:
-                fn = _replicated_segment(fn, replicas.meshes[d], ins, self.kinds, len(keys))
+                fn = _replicated_segment(fn, replicas.meshes[d], ins, self.kinds, len(keys),
+                                         replicas.microbatches)
             self.steps[i] = (kind, d, ins, (keys, measures_mod.jit(fn, measures)))
         self.num_programs = sum(1 for s in self.steps if s[0] == "seg")
 
@@ -209,9 +215,9 @@ class StagedProgram:
             return self.jax_devices[d]
         return self.replicas.sharding(d, self.kinds.get(key, "stack"))
 
-    def __call__(self, feeds: dict, key=None):
+    def __call__(self, feeds: dict, key=None, microbatch: int = 0):
         if self.replicas is not None:
-            return self._call_replicated(feeds, key)
+            return self._call_replicated(feeds, key, microbatch)
         env = dict(feeds)
         aux: dict = {}
         for kind, d, ins, rest in self.steps:
@@ -232,7 +238,7 @@ class StagedProgram:
         return [env[entry_key(e) if e.node.op is not None else e.node.name]
                 for e in self.outputs], aux
 
-    def _call_replicated(self, feeds: dict, key=None):
+    def _call_replicated(self, feeds: dict, key=None, microbatch: int = 0):
         env = dict(feeds)
         aux: dict = {}
         for kind, d, ins, rest in self.steps:
@@ -243,7 +249,7 @@ class StagedProgram:
             keys, fn = rest
             sub = {k: jax.device_put(env[k], self._target(d, k)) for k in ins}
             k = None if key is None else jax.device_put(key, self.replicas.sharding(d, "rep"))
-            outs, upd = fn(sub, k)
+            outs, upd = fn(sub, k, np.int32(microbatch))
             env.update(zip(keys, outs))
             aux.update(upd)
         return [env[entry_key(e) if e.node.op is not None else e.node.name]

@@ -33,8 +33,9 @@ Three algorithms (``ALGORITHMS``) propose recompute sets:
   per segment keep everything, recompute its cheap ops, or recompute all
   but the checkpoint closing it, taken in order of extra FLOPs per byte
   saved (the convex hull of a multiple-choice knapsack), refined halfway
-  between neighbours; then fewer checkpoints (every 2nd, 3rd articulation
-  point); plus every mirror and sqrt set.
+  between neighbours; then fewer checkpoints (``drop_order``: the cheapest
+  per byte, no two neighbours; every 3rd kept); plus every mirror and sqrt
+  set.
 
 Every candidate is planned for real and the candidates form a Pareto
 frontier (extra FLOPs ascending, internal bytes strictly descending); a
@@ -43,7 +44,7 @@ gets a larger total: the frontier does not depend on the budget. Frontiers
 are cached per (graph, shapes, strategy, options).
 
 ResNet-152 training (batch 32, 224x224) plans under any budget with the
-solver in about 2.5-3.5 s of CPU on the project's 2-core machine (22 real plans
+solver in about 2.5-3.5 s of CPU on the project's 2-core machine (25 real plans
 for the frontier; docs/memory.md, "Budgets and recompute").
 """
 from __future__ import annotations
@@ -344,6 +345,32 @@ class Problem:
                 acc = 0
         return chosen
 
+    def drop_order(self) -> list:
+        """Checkpoints closing a segment to drop after the ladder's end,
+        cheapest per byte first: dropping one computes its node again and
+        the segment's nodes no backward node reads (a ResNet unit's last
+        convolution, feeding the add); no two neighbours, so no
+        recompute spans more than two segments."""
+        fwd = {id(n) for n in self.fwd}
+        read = {e.node.name for n in self.full.nodes if n.op is not None and id(n) not in fwd
+                for e in n.inputs if id(e.node) in fwd}
+        rows = []
+        for inner, close in self.segments():
+            if close is None or close.name not in self.cand_names or not self.bytes[close.name]:
+                continue
+            cost = self.flops[close.name] + sum(self.flops[n.name] for n in inner
+                                                 if n.name not in read)
+            rows.append((cost / self.bytes[close.name], close.name))
+        rows.sort()
+        pos = {self.fwd[i].name: k for k, i in enumerate(self.articulation)}
+        dropped, out = set(), []
+        for _, name in rows:
+            k = pos[name]
+            if k - 1 not in dropped and k + 1 not in dropped:
+                dropped.add(k)
+                out.append(name)
+        return out
+
     def sqrt_k(self) -> int:
         return max(1, round(math.sqrt(len(self.candidates))))
 
@@ -446,6 +473,9 @@ def _spread_ladder(problem: Problem, ladder: list, k: int) -> list:
     return sorted(picked)
 
 
+# prefixes of Problem.drop_order() tried, as fractions of it
+DROP_POINTS = (0.5, 2 / 3, 5 / 6, 1.0)
+
 LADDER_LABEL = "solver segments"
 REFINE_POINTS = 3
 
@@ -508,10 +538,13 @@ def candidate_sets(problem: Problem, algorithm: str, budgeted: bool) -> list:
         # every budget
         arts = [problem.fwd[i].name for i in problem.articulation]
         end = ladder[-1] if ladder else []
-        for m in (2, 3):
-            if len(arts) >= 2 * m:
-                sets.append((f"solver merge {m}",
-                             end + [a for i, a in enumerate(arts) if i % m]))
+        drops = problem.drop_order()
+        for j in range(len(DROP_POINTS)):
+            k = round(len(drops) * DROP_POINTS[j])
+            if k and (j == 0 or k != round(len(drops) * DROP_POINTS[j - 1])):
+                sets.append((f"solver drop {k}/{len(drops)}", end + drops[:k]))
+        if len(arts) >= 6:
+            sets.append(("solver merge 3", end + [a for i, a in enumerate(arts) if i % 3]))
         sets += _sqrt_sets(problem, True)
         sets += problem.mirror_sets()
         sets.append(("all", [n.name for n in problem.candidates]))

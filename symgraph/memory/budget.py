@@ -44,8 +44,9 @@ gets a larger total: the frontier does not depend on the budget. Frontiers
 are cached per (graph, shapes, strategy, options).
 
 ResNet-152 training (batch 32, 224x224) plans under any budget with the
-solver in about 2.5-3.5 s of CPU on the project's 2-core machine (25 real plans
-for the frontier; docs/memory.md, "Budgets and recompute").
+solver in 3.3-3.4 s of CPU on the project's 2-core machine (25 real plans
+for the frontier; best wall 3.9-4.8 s at a load of 5; docs/memory.md,
+"Budgets and recompute").
 """
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ gets a larger total: the frontier does not depend on the budget. Frontiers
 are cached per (graph, shapes, strategy, options).
 
 ResNet-152 training (batch 32, 224x224) plans under any budget with the
-solver in 3.3-3.4 s of CPU on the project's 2-core machine (25 real plans
+solver in 3.3-3.4 s of CPU on the project's 2-core machine (24 real plans
 for the frontier; best wall 3.9-4.8 s at a load of 5; docs/memory.md,
 "Budgets and recompute").
 """
@@ -548,7 +548,10 @@ def candidate_sets(problem: Problem, algorithm: str, budgeted: bool) -> list:
             sets.append(("solver merge 3", end + [a for i, a in enumerate(arts) if i % 3]))
         sets += _sqrt_sets(problem, True)
         sets += problem.mirror_sets()
-        sets.append(("all", [n.name for n in problem.candidates]))
+        if len(problem.articulation) < 2:
+            # no chain to checkpoint along: everything recomputed is the
+            # other end (with a chain, Chen's sets take less memory)
+            sets.append(("all", [n.name for n in problem.candidates]))
     else:
         raise PlanError(f"unknown recompute algorithm {algorithm!r}; choose one of "
                         f"{', '.join(ALGORITHMS)}")

@@ -133,8 +133,9 @@ def test_shape_errors_name_node_and_expectation(opname, attrs, shape, match):
     ("Dropout", {"p": 1.0}, r"probability in \[0, 1\)"),
     ("Pooling", {"kernel": (2, 2), "pool_type": "lp"}, r"expected one of max, avg, sum"),
     ("LeakyReLU", {"act_type": "rrelu"}, r"expected one of leaky, elu, prelu, selu, gelu"),
-    ("Convolution", {"kernel": (3, 3), "num_filter": 2, "layout": "NHWC"},
-     r"channel-first layouts"),
+    # NHWC is a layout now (passes/layout.py); a made-up one is refused
+    ("Convolution", {"kernel": (3, 3), "num_filter": 2, "layout": "NHCW"},
+     r"layout='NHCW': expected None, NCW, NCHW, NCDHW or NWC, NHWC, NDHWC"),
 ])
 def test_bad_attributes_raise_op_error(opname, attrs, match):
     with pytest.raises(OpError, match=match) as info:

@@ -111,8 +111,8 @@ class Module(Loops):
                             f"symbol; its arguments are {', '.join(args)}")
         dropped = [n for n in label_names if n not in args]
         if dropped:
-            logger.warning("label name(s) %s are not arguments of the symbol; ignored",
-                           ", ".join(dropped))
+            self.logger.warning("label name(s) %s are not arguments of the symbol; ignored",
+                                ", ".join(dropped))
         self._data_names = data_names
         self._label_names = [n for n in label_names if n in args]
         fixed = list(fixed_param_names or [])

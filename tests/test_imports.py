@@ -20,12 +20,9 @@ import pytest
 
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "symgraph")
 
-# function-level circles left in code other sessions are writing: a Plan's lazy
-# properties (predicted, devices) call memory.predict / memory.devices, which
-# call pipeline.plan_graph back. Listed by name so a new one fails and this
-# list can only shrink (plan_graph in a module of its own would end it).
-KNOWN = {frozenset({"symgraph.memory.devices", "symgraph.memory.pipeline",
-                    "symgraph.memory.predict"})}
+# function-level circles allowed: none (memory.devices and memory.predict plan
+# through Plan.replan instead of importing pipeline.plan_graph back)
+KNOWN: set = set()
 
 
 def modules(root: str) -> dict:

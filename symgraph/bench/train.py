@@ -563,7 +563,7 @@ def measure_stages(net: str, batch: int, stages: int, image: int, steps: int, ro
                    seed: int = 0) -> dict:
     """``Module.train_step`` of ``net`` split into ``stages`` stages on CPU
     devices 1..stages beside one device, alternating rounds, best kept."""
-    from ..memory.devices import split as split_net
+    from ..memory.split import split as split_net
     build, _ = NETS[net]
     shape = (batch, 3, image, image)
     _, sp = split_net(build(), {"data": shape}, stages)

@@ -201,7 +201,7 @@ def _check_devices_options(args):
 
 def _run_split(net, shapes, args) -> int:
     """``symgraph plan --split N``: the proposal, its per-device plans, -o."""
-    from .devices import split
+    from .split import split
     p, sp = split(net, shapes, args.split, outputs=args.head, strategy=args.strategy,
                   fuse=not args.no_fuse, schedule=args.schedule,
                   match_range=args.match_range,

@@ -107,7 +107,7 @@ def restrict(live: Liveness, keep) -> Liveness:
 
 def strategies(live: Liveness, match_range: int, parallel_safe: bool, verify: bool) -> tuple:
     """(assignment per strategy, lower bound) for one liveness, as
-    ``pipeline.plan_graph`` computes them; every plan statically checked."""
+    ``pipeline.plan_graph`` computes them (through ``Plan.replan``); every plan statically checked."""
     a = {
         "naive": planner.naive(live),
         "inplace": planner.pool_plan(live, "inplace", inplace=True, match_range=0,
@@ -180,7 +180,6 @@ def plan_devices(plan, group2ctx: dict, origin: dict, default=None, verify: bool
     node, from the gradient pass) placed by ``group2ctx``; ``execute``: also
     run the arena interpreter for every device and strategy (small shapes)."""
     from ..parallel.placement import resolve_group2ctx
-    from .pipeline import plan_graph
     g = plan.graph
     group2ctx = resolve_group2ctx(g, group2ctx, check_devices=False)
     default = default_device(group2ctx) if default is None else default
@@ -195,11 +194,11 @@ def plan_devices(plan, group2ctx: dict, origin: dict, default=None, verify: bool
     n_fwd = plan.num_forward_outputs
     grads = [pg.entry_id(e) for e in pg.outputs[n_fwd:]] if plan.train else []
     opts = plan.options
-    whole = plan_graph(pg, pinf, train=plan.train, strategy=plan.strategy,
-                       num_forward_outputs=n_fwd, external=grads, fuse=opts["fuse"],
-                       schedule=opts["schedule"], match_range=opts["match_range"],
-                       parallel_safe=opts["parallel_safe"], verify=verify,
-                       name=plan.net, shapes=plan.shapes)
+    whole = plan.replan(pg, pinf, train=plan.train, strategy=plan.strategy,
+                        num_forward_outputs=n_fwd, external=grads, fuse=opts["fuse"],
+                        schedule=opts["schedule"], match_range=opts["match_range"],
+                        parallel_safe=opts["parallel_safe"], verify=verify,
+                        name=plan.net, shapes=plan.shapes)
     live = whole.live
     dev_of_node = [pl.device[n.name] for n in pg.nodes]
     for grp in whole.fusion.groups:  # copies are opaque: a fused group never crosses
@@ -362,23 +361,6 @@ def propose_split(plan, forward: Graph, n: int, origin: dict, device_type: str =
     return Split(list(cuts), groups, g2c, devs, one, len(cache), forward)
 
 
-def split(net, shapes: dict, n: int, *, outputs=None, wrt=None, data_names=None,
-          label_names=None, device_type: str = "cpu", **plan_kwargs) -> tuple:
-    """(one-device training Plan, Split): ``propose_split`` for ``net``
-    (a Symbol or Graph) at input ``shapes``; ``plan_kwargs`` go to
-    ``plan`` (strategy, fuse, schedule, ...)."""
-    from ..passes.prune import prune
-    from .pipeline import as_graph, build_graph, plan as plan_fn
-    p = plan_fn(net, shapes, train=True, outputs=outputs, wrt=wrt, data_names=data_names,
-                label_names=label_names, **plan_kwargs)
-    origin: dict = {}
-    build_graph(net, p.shapes, True, None, outputs, wrt, data_names, label_names, origin)
-    fwd = as_graph(net)
-    if outputs is not None:
-        fwd = prune(fwd, outputs)
-    return p, propose_split(p, fwd, n, origin, device_type)
-
-
 def _replace_graph(plan, graph: Graph):
     """``plan`` seen with ``graph`` (same nodes, other attributes): what
     ``plan_devices`` reads (the graph, shapes, outputs, options)."""
@@ -395,4 +377,4 @@ def forward_groups_graph(forward: Graph, groups: dict) -> Graph:
 
 
 __all__ = ["DevicePlan", "Devices", "GROUP_KEY", "Split", "forward_groups_graph",
-           "plan_devices", "propose_split", "restrict", "split", "strategies"]
+           "plan_devices", "propose_split", "restrict", "strategies"]

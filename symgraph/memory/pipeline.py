@@ -124,6 +124,12 @@ class Plan:
         state + the internal bytes of the plan's strategy."""
         return sum(self.buckets.values()) + self.internal[self.strategy]
 
+    def replan(self, graph: Graph, inferred: Inferred, **kw) -> "Plan":
+        """``plan_graph`` of another graph (a placed, rewritten or fused form
+        of this plan's): how memory.devices and memory.predict plan without
+        importing this module back."""
+        return plan_graph(graph, inferred, **kw)
+
     @property
     def predicted(self) -> int:
         """The predicted footprint (bytes) of the program a Module runs for

@@ -186,7 +186,6 @@ def predicted_temp(plan) -> tuple:
     from ..passes.infer import infer_shapes
     from ..passes.recompute import forward_nodes, rewrite
     from .liveness import entry_nbytes
-    from .pipeline import plan_graph
     g, inf = plan.graph, plan.inferred
     schedule = plan.options.get("schedule", "dfs")
     if not plan.train:
@@ -203,9 +202,9 @@ def predicted_temp(plan) -> tuple:
     # as its gradient is made (one gradient alive at a time); XLA's default
     # scheduler updates at the end, every gradient alive until then
     early = "scheduler" in _measures(plan)
-    p2 = plan_graph(g2, inf2, train=True, num_forward_outputs=plan.num_forward_outputs,
-                    external=grads if early else (), fuse=plan.options.get("fuse", True),
-                    schedule=schedule, verify=False, name=plan.net)
+    p2 = plan.replan(g2, inf2, train=True, num_forward_outputs=plan.num_forward_outputs,
+                     external=grads if early else (), fuse=plan.options.get("fuse", True),
+                     schedule=schedule, verify=False, name=plan.net)
     temp = max([p2.internal["arena"]] + [live + ws for live, ws in
                                          zip(p2.profile, _workspace(p2)) if ws])
     if early:

@@ -222,6 +222,39 @@ def test_planner_sees_the_transposes():
                   n.op.name == "transpose") == ["cat_to_nc", "cat_to_nc_backward", "data_to_nhwc"]
 
 
+def test_plan_layout_nhwc_plans_the_rewritten_training_graph():
+    """sg.plan(layout='NHWC') rewrites the training graph built from the
+    net (each backward node beside its forward node) and plans it: the
+    transposes are tensors of the plan, the arena run matches the plain
+    lowering, and the gradients are those of the NCHW plan's graph."""
+    net = _net()
+    nchw = sg.plan(net, SHAPES, train=True)
+    nhwc = sg.plan(net, SHAPES, train=True, layout="NHWC", execute=True)
+    assert nhwc.verified and nhwc.arena_checked and nhwc.options["layout"] == "NHWC"
+    ops = Counter(n.op.name for n in nhwc.graph.nodes if n.op is not None)
+    assert ops["transpose"] >= 2 and "transpose" not in {
+        n.op.name for n in nchw.graph.nodes if n.op is not None}
+    # the same variables but the head gradient, named after the output's
+    # node (now the transpose back to channel-first)
+    heads = [[n.name for n in p.graph.variables if n.name.endswith("_head_grad")]
+             for p in (nchw, nhwc)]
+    assert heads == [["cat_output_head_grad"], ["cat_to_nc_output_head_grad"]]
+    assert ({n.name for n in nhwc.graph.variables} - set(heads[1])
+            == {n.name for n in nchw.graph.variables} - set(heads[0]))
+    assert nhwc.buckets["gradients"] == nchw.buckets["gradients"]
+    rng = np.random.default_rng(0)
+    feeds = {n.name: rng.normal(size=nchw.inferred.shapes[nchw.graph.entry_id_of_node(n)])
+             for n in nchw.graph.variables}  # float64 (conftest)
+    feeds2 = {**feeds, heads[1][0]: feeds[heads[0][0]]}
+    want = jax.jit(lower(nchw.graph, True))(feeds, jax.random.key(0))[0]
+    got = jax.jit(lower(nhwc.graph, True))(feeds2, jax.random.key(0))[0]
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-12)
+    assert sg.plan(net, SHAPES, layout="NCHW").internal == sg.plan(net, SHAPES).internal
+    with pytest.raises(sg.errors.PlanError, match="layout='NWHC'; use one of"):
+        sg.plan(net, SHAPES, layout="NWHC")
+
+
 def test_training_graph_backward_follows_its_forward():
     g = Graph(_net().outputs)
     inf, vals = _values(g, SHAPES, seed=5)

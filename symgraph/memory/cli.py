@@ -60,6 +60,10 @@ def add_arguments(parser) -> None:
                              "largest buffers, their kind and role, the node that made them")
     parser.add_argument("--schedule", default="dfs", choices=("dfs", "memory"),
                         help="execution order planned for (default: dfs, MXNet's order)")
+    parser.add_argument("--layout", choices=("NCHW", "NHWC"), default=None,
+                        help="plan the net as it is (NCHW, default) or rewritten channels-last "
+                             "between its convolutions, the transposes planned (NHWC: the "
+                             "graph the channels_last measure runs)")
     parser.add_argument("--no-fuse", action="store_true", help="do not fuse elementwise chains")
     parser.add_argument("--match-range", type=int, default=16, metavar="N",
                         help="co-share match range (MXNet's NNVM_EXEC_MATCH_RANGE, default 16)")
@@ -150,7 +154,7 @@ def run(args) -> int:
              match_range=args.match_range, execute=args.execute,
              name=os.path.splitext(os.path.basename(args.net))[0],
              budget=budget, optimizer=args.optimizer, recompute=args.recompute,
-             group2ctx=group2ctx)
+             group2ctx=group2ctx, layout=args.layout)
     if not args.no_xla:
         from .. import xla
         from ..util import busy

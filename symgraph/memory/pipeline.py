@@ -266,7 +266,7 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
          match_range: int = DEFAULT_MATCH_RANGE, parallel_safe: bool = True,
          verify: bool = True, execute: bool = False,
          name: str | None = None, group2ctx=None, budget=None, optimizer=None,
-         recompute=None, mirror: bool = False) -> Plan:
+         recompute=None, mirror: bool = False, layout: str | None = None) -> Plan:
     """Plans the memory of ``net`` (a Symbol or Graph) for input ``shapes``.
 
     train: plan the training graph (forward + the gradients of ``wrt``,
@@ -302,7 +302,13 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
         recompute), 'none', 'mirror', 'sqrt', 'solver', or a list of forward
         node names; ``mirror=True`` is ``recompute='mirror'``. Without a
         budget the algorithm's own set is planned (solver: least memory).
+    layout: None or 'NCHW' (the net as it is), or 'NHWC': plan the graph
+        ``passes.layout.to_channels_last`` makes -- activations
+        channels-last between the convolutions, the transposes XLA runs
+        for the ``channels_last`` memory measure planned as tensors.
     """
+    if layout not in LAYOUTS:
+        raise PlanError(f"layout={layout!r}; use one of {', '.join(map(str, LAYOUTS))}")
     if strategy not in PLACED:
         if strategy == "lower_bound":
             raise PlanError("lower_bound is a bound, not a plan; choose one of "
@@ -321,6 +327,8 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
     timings = {}
     t0 = time.perf_counter()
     origin: dict = {}  # backward node -> forward node: where group2ctx places it
+    if layout == "NHWC":
+        net, outputs = channels_last(net, shapes, dtypes, outputs), None
     g, inf, n_fwd, grads = build_graph(net, shapes, train, dtypes, outputs, wrt,
                                        data_names, label_names, origin)
     t1 = time.perf_counter()
@@ -361,6 +369,7 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
             raise budget_mod.BudgetError(
                 f"budget {budget_mod.fmt_bytes(budget_bytes)} is below the total "
                 f"{how}, {budget_mod.fmt_bytes(total)}", budget=budget_bytes, smallest=total)
+    result.options["layout"] = layout or "NCHW"
     result.buckets["optimizer"] = opt_bytes
     result.budget = budget_bytes
     result.recompute = rows
@@ -379,6 +388,21 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
         for s in PLACED:
             result.check_arena(s)
     return result
+
+
+LAYOUTS = (None, "NCHW", "NHWC")
+
+
+def channels_last(net, shapes: dict, dtypes=None, outputs=None) -> Graph:
+    """The forward graph of ``net`` (pruned to ``outputs``) rewritten
+    channels-last (``passes.layout``): same variables, same outputs, the
+    transposes explicit; the gradient pass then adds their gradients
+    (transposes too)."""
+    from ..passes.layout import to_channels_last
+    g = as_graph(net)
+    if outputs is not None:
+        g = prune(g, outputs)
+    return to_channels_last(g, inferred=infer_shapes(g, dict(shapes or {}), dtypes))
 
 
 def _recompute_choice(recompute, mirror: bool, budget):

@@ -108,22 +108,11 @@ def restrict(live: Liveness, keep) -> Liveness:
 def strategies(live: Liveness, match_range: int, parallel_safe: bool, verify: bool) -> tuple:
     """(assignment per strategy, lower bound) for one liveness, as
     ``pipeline.plan_graph`` computes them (through ``Plan.replan``); every plan statically checked."""
-    a = {
-        "naive": planner.naive(live),
-        "inplace": planner.pool_plan(live, "inplace", inplace=True, match_range=0,
-                                     parallel_safe=parallel_safe),
-        "coshare": planner.pool_plan(live, "coshare", inplace=False, match_range=match_range,
-                                     parallel_safe=parallel_safe),
-        "both": planner.pool_plan(live, "both", inplace=True, match_range=match_range,
-                                  parallel_safe=parallel_safe),
-    }
+    a = planner.pool_plans(live, match_range, parallel_safe)
     lb = planner.lower_bound(live)[0]
     a["arena"] = arena_mod.arena_plan(live, lb, fallback=a["both"])
     if verify:
-        check = StaticCheck(live)
-        for s in ("naive", "inplace", "coshare", "both"):
-            check.check_slots(a[s].slot, a[s].slot_size, name=s)
-        check.check_offsets(a["arena"].offset, name="arena")
+        StaticCheck(live).check_assignments(a)
     return a, lb
 
 

@@ -449,23 +449,12 @@ def plan_graph(g: Graph, inf: Inferred, *, train: bool, strategy: str = "arena",
     timings["schedule"] = (t3 := time.perf_counter()) - t2
     live = analyze(g, inf, fusion, steps, external)
     timings["liveness"] = (t4 := time.perf_counter()) - t3
-    a = {
-        "naive": planner.naive(live),
-        "inplace": planner.pool_plan(live, "inplace", inplace=True, match_range=0,
-                                     parallel_safe=parallel_safe),
-        "coshare": planner.pool_plan(live, "coshare", inplace=False, match_range=match_range,
-                                     parallel_safe=parallel_safe),
-        "both": planner.pool_plan(live, "both", inplace=True, match_range=match_range,
-                                  parallel_safe=parallel_safe),
-    }
+    a = planner.pool_plans(live, match_range, parallel_safe)
     lb, peak, profile = planner.lower_bound(live)
     a["arena"] = arena_mod.arena_plan(live, lb, fallback=a["both"])
     timings["strategies"] = (t5 := time.perf_counter()) - t4
     if verify:
-        check = StaticCheck(live)
-        for s in ("naive", "inplace", "coshare", "both"):
-            check.check_slots(a[s].slot, a[s].slot_size, name=s)
-        check.check_offsets(a["arena"].offset, name="arena")
+        StaticCheck(live).check_assignments(a)
         _check_order(a, lb)
     timings["verify"] = time.perf_counter() - t5
     var_bytes = {

@@ -127,6 +127,21 @@ def pool_plan(live: Liveness, name: str, *, inplace: bool, match_range: int,
                       taken_pairs)
 
 
+def pool_plans(live: Liveness, match_range: int, parallel_safe: bool) -> dict:
+    """MXNet's plans of one liveness: ``naive`` and the storage pool with
+    inplace, co-share or both (the arena is packed from these,
+    ``arena.arena_plan``)."""
+    return {
+        "naive": naive(live),
+        "inplace": pool_plan(live, "inplace", inplace=True, match_range=0,
+                             parallel_safe=parallel_safe),
+        "coshare": pool_plan(live, "coshare", inplace=False, match_range=match_range,
+                             parallel_safe=parallel_safe),
+        "both": pool_plan(live, "both", inplace=True, match_range=match_range,
+                          parallel_safe=parallel_safe),
+    }
+
+
 def inplace_saving(pairs, nbytes) -> int:
     """The most bytes inplace pairs at one step can save: a maximum-weight
     matching (each input and output in at most one pair). Outputs are taken

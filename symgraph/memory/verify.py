@@ -127,6 +127,13 @@ class StaticCheck:
                     f"{live.tensor_name(prev)}, live until step {last[prev]}")
             holder[k] = t
 
+    def check_assignments(self, a: dict) -> None:
+        """Every plan of ``a`` (``naive`` .. ``both`` by storage slot,
+        ``arena`` by offset); PlanError naming the first that fails."""
+        for s in ("naive", "inplace", "coshare", "both"):
+            self.check_slots(a[s].slot, a[s].slot_size, name=s)
+        self.check_offsets(a["arena"].offset, name="arena")
+
     def check_offsets(self, offset, nbytes=None, name: str = "plan") -> None:
         """Byte ranges: a tensor written at a step overlaps no tensor live
         there, but for a declared inplace pair at the same offset."""

@@ -72,30 +72,15 @@ def rss_here(name: str, batch: int, mode: str) -> dict:
     """In this process: the program's arguments (resident before the run)
     plus how far the peak resident set rose during its first run
     (``benchmarks/xla_rss.py``'s measurement, the default measures)."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
     import xla_rss
     from symgraph import xla
     from symgraph.memory import plan
     from symgraph.models import data_shapes, get_model
     p = plan(get_model(name), data_shapes(name, batch), train=mode == "train", name=name)
-    step = xla.plan_step(p)
-    rng = np.random.default_rng(0)
-    args = jax.tree_util.tree_map(
-        lambda s: jnp.asarray(rng.uniform(0.1, 1.0, s.shape).astype(s.dtype))
-        if jnp.issubdtype(s.dtype, jnp.floating) else jnp.zeros(s.shape, s.dtype),
-        step.args[:-1]) + (step.args[-1],)  # the last argument is the random key
-    compiled = step.lower().compile(step.compiler_options or None)
-    m = xla.analysis_dict(compiled)
-    before = xla_rss._status("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # the peak (VmHWM) starts again from the current resident set
-    jax.block_until_ready(compiled(*args))
-    rise = xla_rss._status("VmHWM") - before
-    return {"xla_footprint": xla.footprint(m), "rss_rise": rise,
-            "resident": m["argument"] + rise}
+    r = xla_rss.run_once(xla.plan_step(p))
+    m = r["analysis"]
+    return {"xla_footprint": xla.footprint(m), "rss_rise": r["rss_rise"],
+            "resident": m["argument"] + r["rss_rise"]}
 
 
 def rss_figure(name: str, batch: int, mode: str) -> dict:

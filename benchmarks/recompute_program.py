@@ -86,35 +86,14 @@ def measure_figures(name: str, frac: float) -> dict:
     return row
 
 
-def _status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {key} in /proc/self/status")
-
-
 def rss_here(name: str, frac: float, recompute: bool) -> dict:
-    """One program run once in this process: the peak RSS rise."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
+    """One program run once in this process: the peak RSS rise
+    (``xla_rss.run_once``)."""
+    import xla_rss
     from symgraph import xla
     _, p = plans(name, frac)
-    step = xla.training_step(p, recompute=None if recompute else [])
-    rng = np.random.default_rng(0)
-    args = jax.tree_util.tree_map(
-        lambda s: jnp.asarray(rng.uniform(0.1, 1.0, s.shape).astype(s.dtype))
-        if jnp.issubdtype(s.dtype, jnp.floating) else jnp.zeros(s.shape, s.dtype),
-        step.args[:-1]) + (step.args[-1],)  # the last argument is the random key
-    compiled = step.lower().compile(step.compiler_options or None)
-    t = compiled.memory_analysis().temp_size_in_bytes
-    before = _status("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # the peak (VmHWM) starts again from the current resident set
-    jax.block_until_ready(compiled(*args))
-    return {"xla_temp": t, "rss_rise": _status("VmHWM") - before}
+    r = xla_rss.run_once(xla.training_step(p, recompute=None if recompute else []))
+    return {"xla_temp": r["analysis"]["temp"], "rss_rise": r["rss_rise"]}
 
 
 def rss(name: str, frac: float, recompute: bool) -> dict:

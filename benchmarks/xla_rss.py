@@ -38,6 +38,22 @@ def _status(key: str) -> int:
 
 def measure_here(name: str, batch: int, mode: str, measures: tuple) -> dict:
     """One program, in this process: XLA's figures and the run's peak RSS rise."""
+    from symgraph import xla
+    from symgraph.memory import plan
+    from symgraph.models import data_shapes, get_model
+    p = plan(get_model(name), data_shapes(name, batch), train=mode == "train", name=name)
+    step = (xla.training_step if p.train else xla.inference_step)(p, measures=measures)
+    r = run_once(step)
+    return {"net": name, "batch": batch, "mode": mode, "measures": xla.measures_label(measures),
+            "arena": p.internal["arena"], "xla_temp": r["analysis"]["temp"],
+            "rss_rise": r["rss_rise"], "run_seconds": r["run_seconds"]}
+
+
+def run_once(step) -> dict:
+    """Compiles ``step`` (a ``symgraph.xla.Step``) and runs it once on
+    arguments filled with uniform values, in this process: XLA's
+    ``analysis`` (``xla.analysis_dict``), how far the peak resident set
+    rose during the run (``rss_rise``) and its ``run_seconds``."""
     import time
 
     import jax
@@ -45,26 +61,21 @@ def measure_here(name: str, batch: int, mode: str, measures: tuple) -> dict:
     import numpy as np
 
     from symgraph import xla
-    from symgraph.memory import plan
-    from symgraph.models import data_shapes, get_model
-    p = plan(get_model(name), data_shapes(name, batch), train=mode == "train", name=name)
-    step = (xla.training_step if p.train else xla.inference_step)(p, measures=measures)
     rng = np.random.default_rng(0)
     args = jax.tree_util.tree_map(
         lambda s: jnp.asarray(rng.uniform(0.1, 1.0, s.shape).astype(s.dtype))
         if jnp.issubdtype(s.dtype, jnp.floating) else jnp.zeros(s.shape, s.dtype),
         step.args[:-1]) + (step.args[-1],)  # the last argument is the random key
     compiled = step.lower().compile(step.compiler_options or None)
-    temp = compiled.memory_analysis().temp_size_in_bytes
+    analysis = xla.analysis_dict(compiled)
     before = _status("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # the peak (VmHWM) starts again from the current resident set
     t = time.perf_counter()
     jax.block_until_ready(compiled(*args))
     seconds = time.perf_counter() - t
-    return {"net": name, "batch": batch, "mode": mode, "measures": xla.measures_label(measures),
-            "arena": p.internal["arena"], "xla_temp": temp,
-            "rss_rise": _status("VmHWM") - before, "run_seconds": seconds}
+    return {"analysis": analysis, "rss_rise": _status("VmHWM") - before,
+            "run_seconds": seconds}
 
 
 def measure(name: str, batch: int, mode: str, measures: tuple) -> dict:

@@ -696,7 +696,7 @@ class Module(Loops):
         sig = batch_signature(batch)
         self._last_pad = getattr(data_batch, "pad", 0) or 0
         lr, t = self._optimizer.begin_update()
-        prog = self._programs.fused(sig, self._optimizer)
+        prog = self._programs.step(sig, self._optimizer)
         self._params, self._opt_states, self._aux, outs = prog(
             self._params, self._opt_states, self._aux, self._fixed, batch, self._scalar(lr),
             self._scalar(t), self._key)
@@ -844,7 +844,7 @@ class Module(Loops):
                                                sharding=self._devices.batch_sharded())
                   for d in self._data_shapes + self._label_shapes}
         sig = batch_signature(shapes)
-        prog = self._programs.fused(sig, self._optimizer)
+        prog = self._programs.step(sig, self._optimizer)
         lowered = prog.lower(self._params, self._opt_states, self._aux, self._fixed, shapes,
                              self._scalar(0.1), self._scalar(1), self._key)
         out = xla.analysis_dict(lowered.compile())

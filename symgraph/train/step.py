@@ -180,7 +180,7 @@ class TrainPrograms:
 
     def __init__(self, symbol, data_names, label_names, trainable, fixed, aux,
                  devices: DeviceSet, compute_dtype: str = "float32", loss_scale: float = 1.0,
-                 memory_measures="auto", recompute=()):
+                 memory_measures="auto", recompute=(), segments=None):
         self.symbol = symbol
         self.graph: Graph = symbol.graph()
         self.data_names = list(data_names)
@@ -202,6 +202,8 @@ class TrainPrograms:
         self._cache: dict = {}
         self._reduce = devices.sum_over_devices
         self.recompute = tuple(recompute or ())
+        # True or a count: the step runs staged (``staged``) in that many segments
+        self.segments = segments
 
     def set_recompute(self, names) -> None:
         """Recompute these forward nodes from now on; programs are rebuilt."""
@@ -352,10 +354,14 @@ class TrainPrograms:
         upd = {k: v.astype(aux[k].dtype) for k, v in updates.items() if k in aux}
         return {**aux, **self.devices.mean_over_devices(upd)}
 
-    def _finish_outputs(self, outs, sig):
+    def _finish_outputs(self, outs, sig, indices=None):
+        """The forward outputs (those at ``indices``, default all) as the
+        step returns them: float32, a non-batch output averaged over devices."""
         outs = [o.astype(jnp.float32) if self.compute_dtype and is_float(o.dtype) else o
                 for o in outs]
         info = self._outputs_info(sig)
+        if indices is not None:
+            info = [info[i] for i in indices]
         return [o if batched else self.devices.mean_over_devices(o)
                 for o, (_, batched) in zip(outs, info)]
 
@@ -370,6 +376,28 @@ class TrainPrograms:
                     w, grads[name].astype(w.dtype), tuple(states[name]), lr * lr_mult,
                     optimizer.wd * wd_mult, t)
         return new_p, new_s
+
+    def loss_scale_of(self, states: dict):
+        """The dynamic loss scale held in ``states`` (traced), or None."""
+        _, scale_state = self._split_scale_state(states)
+        return scale_state[0][0] if scale_state is not None else None
+
+    def apply_step(self, optimizer, mults, params, states, aux, grads, aux_upd, lr, t):
+        """Inside a program, after the backward: ``(params, states, aux)``
+        updated from the per-device gradients ``grads`` (combined over the
+        devices, unscaled) and aux updates; with dynamic loss scaling, a
+        step with inf/nan gradients changes nothing but the scale."""
+        opt_states, scale_state = self._split_scale_state(states)
+        scale = scale_state[0][0] if scale_state is not None else None
+        grads = self._combine_grads(grads, scale)
+        new_p, new_s = self.apply_optimizer(optimizer, params, grads, opt_states, lr, t, mults)
+        new_aux = self._combine_aux(aux, aux_upd)
+        if scale_state is not None:
+            kept, scale_state = self._skip_if_not_finite(
+                grads, (params, opt_states, aux), (new_p, new_s, new_aux), states)
+            new_p, new_s, new_aux = kept
+            new_s[LOSS_SCALE_STATE] = scale_state
+        return new_p, new_s, new_aux
 
     @staticmethod
     def optimizer_key(optimizer, names) -> tuple:
@@ -392,20 +420,13 @@ class TrainPrograms:
         mults = {m[0]: m[1:] for m in okey[3]}
 
         def local(params, states, aux, fixed, batch, lr, t, rkey):
-            opt_states, scale_state = self._split_scale_state(states)
-            scale = scale_state[0][0] if scale_state is not None else None
+            scale = self.loss_scale_of(states)
             feeds = self._feeds(params, fixed, aux, batch)
             feeds.update(self._head_feeds(split, sig, loss_scale=scale))
             outs, aux_upd = fn(feeds, self._key(rkey, t))
-            grads = self._combine_grads(dict(zip(names, outs[n_out:])), scale)
-            new_p, new_s = self.apply_optimizer(optimizer, params, grads, opt_states, lr, t,
-                                                mults)
-            new_aux = self._combine_aux(aux, aux_upd)
-            if scale_state is not None:  # a step with inf/nan gradients changes nothing
-                kept, scale_state = self._skip_if_not_finite(
-                    grads, (params, opt_states, aux), (new_p, new_s, new_aux), states)
-                new_p, new_s, new_aux = kept
-                new_s[LOSS_SCALE_STATE] = scale_state
+            new_p, new_s, new_aux = self.apply_step(
+                optimizer, mults, params, states, aux, dict(zip(names, outs[n_out:])), aux_upd,
+                lr, t)
             return new_p, new_s, new_aux, self._finish_outputs(outs[:n_out], sig)
 
         spmd = self.devices.spmd(
@@ -414,6 +435,45 @@ class TrainPrograms:
         prog = self._jit(spmd, True, donate_argnums=(0, 1, 2))
         self._cache[key] = prog
         return prog
+
+    def staged(self, sig, optimizer, segments=None):
+        """The training step as a sequence of programs (``train/staged.py``):
+        the forward in ``segments`` segments (default: sqrt of the forward
+        op count), each segment's backward, then the update; same
+        signature and results as ``fused``."""
+        from ..passes.recompute import forward_nodes
+        from ..passes.stages import default_segments, stage_graphs
+        from .staged import StagedStep
+        okey = self.optimizer_key(optimizer, self.trainable)
+        key = ("staged", sig, okey, segments)
+        if key in self._cache:
+            return self._cache[key]
+        split = self._gradient(self.trainable)
+        inf = infer_shapes(split.graph, self.local_shapes(sig), partial=True)
+        g = split.graph
+
+        def nbytes(node):
+            total = 0
+            for i in range(node.num_outputs):
+                eid = g.entry_id(Entry(node, i))
+                shape, dtype = inf.shapes[eid], inf.dtypes[eid]
+                if shape is not None:
+                    total += int(np.prod(shape, dtype=np.int64)) * \
+                        np.dtype(dtype or "float32").itemsize
+            return total
+        k = segments or default_segments(len(forward_nodes(split.full, split.num_outputs)))
+        stages = stage_graphs(split, nbytes, k)
+        prog = StagedStep(self, split, stages, sig, optimizer,
+                          {m[0]: m[1:] for m in okey[3]})
+        self._cache[key] = prog
+        return prog
+
+    def step(self, sig, optimizer):
+        """The training step ``fit`` runs: ``staged`` when ``segments`` is
+        set (a budgeted Module: recomputing programs), ``fused`` otherwise."""
+        if self.segments:
+            return self.staged(sig, optimizer, None if self.segments is True else self.segments)
+        return self.fused(sig, optimizer)
 
     def forward_train(self, sig, wrt):
         """``f(params, aux, fixed, batch, t, key) -> (outputs, saved, aux)``;

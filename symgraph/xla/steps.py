@@ -123,7 +123,8 @@ def _signature(structs: dict, names) -> tuple:
     return tuple((k, tuple(structs[k].shape), str(structs[k].dtype)) for k in names)
 
 
-def training_step(plan, optimizer=None, measures="auto", recompute=None) -> Step:
+def training_step(plan, optimizer=None, measures="auto", recompute=None,
+                  segments="auto") -> Step:
     """The training step ``Module.fit`` runs for a training ``Plan``'s net,
     on one device: ``TrainPrograms.fused`` -- forward, the explicit
     backward, the optimizer update (SGD with momentum 0.9 unless
@@ -133,7 +134,10 @@ def training_step(plan, optimizer=None, measures="auto", recompute=None) -> Step
     implementation: the same object a Module compiles. Its arguments are
     ``TRAIN_STEP_ARGS``. ``recompute``: forward node names computed again
     in the backward; default: those the plan recomputes (a budgeted
-    plan), as a Module under that budget runs it."""
+    plan), as a Module under that budget runs it. ``segments``: the step
+    runs staged (``TrainPrograms.staged``, a program per segment) in that
+    many segments, True for the default count, None as one fused program;
+    'auto': staged where it recomputes, as a Module does."""
     from ..train import optimizer as opt_mod
     if not plan.train:
         raise XlaError("training_step needs a training plan (plan(..., train=True))")
@@ -145,7 +149,10 @@ def training_step(plan, optimizer=None, measures="auto", recompute=None) -> Step
         name, params = DEFAULT_OPTIMIZER
         optimizer = opt_mod.create(name, learning_rate=0.01, rescale_grad=1.0 / bsz,
                                    **dict(params))
-    prog = progs.fused(_signature(structs, batch), optimizer)
+    if segments == "auto":
+        segments = True if recompute else None
+    progs.segments = segments
+    prog = progs.step(_signature(structs, batch), optimizer)
     params = {k: structs[k] for k in wrt}
     states = {k: jax.eval_shape(lambda w, k=k: tuple(optimizer.create_state(k, w)), v)
               for k, v in params.items()}
@@ -157,7 +164,8 @@ def training_step(plan, optimizer=None, measures="auto", recompute=None) -> Step
     return Step(prog, args, (0, 1, 2), measures_mod.compiler_options(ms),
                 {"program": "Module.fit step", "devices": 1,
                  "backend": jax.default_backend(), "optimizer": optimizer.describe(),
-                 "measures": list(ms), "recompute": len(recompute)}, jitted=True)
+                 "measures": list(ms), "recompute": len(recompute),
+                 "programs": len(prog.stages) + 1 if segments else 1}, jitted=True)
 
 
 def inference_step(plan, measures="auto") -> Step:

@@ -1,0 +1,141 @@
+"""Stages: a training graph cut into programs that run one after another.
+
+One XLA program for a whole training step decides for itself what it keeps
+alive, and on XLA's CPU backend it keeps far more than a recompute plan
+says (docs/memory.md, "Budgets and recompute"): a recomputed tensor is
+computed again, but many segments' recomputed tensors and gradients are
+alive at once. Between separate programs nothing is alive but what the
+caller holds. ``stage_graphs(split, nbytes, k)`` cuts a ``TrainingSplit``'s
+full graph into 2k stages: the forward ops cut into k contiguous segments
+of about equal output bytes, then the backward of each segment, last
+segment first. A backward node (or a recompute clone) runs in the stage of
+the forward node it belongs to (``split.origin``), never before a stage
+that computes one of its inputs. A stage's program reads the variables and
+the entries earlier stages computed (fed by ``entry_key``) and returns the
+entries later stages read, so what lives between programs is exactly the
+plan's kept tensors (checkpoints, segment boundaries, gradients) and, while
+a program runs, one segment's working set.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import PlanError
+from ..graph import Entry, Graph, entry_key
+from .gradient import TrainingSplit
+from .recompute import forward_nodes
+
+
+@dataclass
+class Stage:
+    """One program: ``graph`` (its outputs: ``returns`` then ``outputs``),
+    ``reads`` (entry keys of earlier stages' entries it is fed),
+    ``returns`` (entry keys later stages read), ``outputs`` (indices into
+    the full graph's outputs it computes, forward outputs and gradients)."""
+
+    index: int
+    graph: Graph
+    reads: list
+    returns: list
+    outputs: list
+
+
+def segment_of(fwd: list, nbytes, k: int) -> dict:
+    """``{id(node): segment}``: the forward nodes (topological order) cut
+    into at most ``k`` contiguous segments of about equal output bytes
+    (``nbytes(node)``)."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise PlanError(f"stages: k={k!r}; use a positive integer")
+    sizes = [max(0, int(nbytes(n))) for n in fwd]
+    total = sum(sizes) or 1
+    out, acc = {}, 0
+    for n, b in zip(fwd, sizes):
+        # the segment is where the node's bytes start: equal shares of the total
+        out[id(n)] = min(k - 1, int(acc * k / total))
+        acc += b
+    return out
+
+
+def default_segments(num_forward_ops: int) -> int:
+    """Chen et al.'s sqrt(n) segments for n forward ops."""
+    return max(1, round(math.sqrt(num_forward_ops)))
+
+
+def stage_of(split: TrainingSplit, nbytes, k: int) -> tuple:
+    """``({id(node): stage}, number of stages)`` for the op nodes of
+    ``split.full`` (see the module docstring)."""
+    full = split.full
+    fwd = forward_nodes(full, split.num_outputs)
+    seg = segment_of(fwd, nbytes, k)
+    k = max(seg.values(), default=0) + 1
+    by_name = {n.name: seg[id(n)] for n in fwd}
+    stage: dict[int, int] = {}
+    for n in full.nodes:  # topological: inputs first
+        if n.op is None:
+            continue
+        if id(n) in seg:
+            s = seg[id(n)]
+        else:
+            origin = split.origin.get(n.name)
+            s = 2 * k - 1 - by_name[origin] if origin in by_name else 0
+        for e in n.inputs:
+            s = max(s, stage.get(id(e.node), 0))
+        stage[id(n)] = s
+    return stage, 2 * k
+
+
+def stage_graphs(split: TrainingSplit, nbytes, k: int) -> list:
+    """The ``Stage`` programs of ``split.full`` in the order they run
+    (stages with nothing to compute are left out)."""
+    full = split.full
+    stage, n = stage_of(split, nbytes, k)
+    last_read: dict[str, int] = {}
+    entries: dict[str, Entry] = {}
+    for node in full.nodes:
+        if node.op is None:
+            continue
+        s = stage[id(node)]
+        for e in node.inputs:
+            if e.node.op is None:
+                continue
+            key = entry_key(e)
+            if stage[id(e.node)] < s:
+                last_read[key] = max(last_read.get(key, -1), s)
+                entries[key] = e
+    outs_of: dict[int, list] = {}
+    for i, e in enumerate(full.outputs):
+        if e.node.op is not None:
+            outs_of.setdefault(stage[id(e.node)], []).append(i)
+    returns_of: dict[int, list] = {}
+    reads_of: dict[int, list] = {}
+    for key, e in entries.items():
+        returns_of.setdefault(stage[id(e.node)], []).append(key)
+    for node in full.nodes:
+        if node.op is None:
+            continue
+        s = stage[id(node)]
+        for e in node.inputs:
+            key = entry_key(e)
+            if e.node.op is not None and stage[id(e.node)] < s:
+                lst = reads_of.setdefault(s, [])
+                if key not in lst:
+                    lst.append(key)
+    out = []
+    for s in range(n):
+        rets, idx = returns_of.get(s, []), outs_of.get(s, [])
+        if not rets and not idx:
+            continue
+        g = Graph([entries[k] for k in rets] + [full.outputs[i] for i in idx])
+        out.append(Stage(s, g, reads_of.get(s, []), rets, idx))
+    # an output that is a variable (a gradient passed through) is fed, never computed
+    return out
+
+
+def last_reads(stages: list) -> dict:
+    """``{entry key: index in stages of its last reader}``."""
+    last: dict[str, int] = {}
+    for i, st in enumerate(stages):
+        for key in st.reads:
+            last[key] = i
+    return last

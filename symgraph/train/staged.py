@@ -1,0 +1,237 @@
+"""The staged training step: one step as a sequence of XLA programs.
+
+``TrainPrograms.staged`` runs the training graph as ``passes.stages`` cuts
+it: the forward in segments, then each segment's backward (recomputing
+what the plan recomputes), then the optimizer update -- each a jitted
+program, called one after another from Python. Between programs only what
+the caller holds is alive: the parameters, optimizer state, batch, the
+tensors the stages hand on (the plan's checkpoints and kept activations,
+the gradients so far) -- and each program's own working set while it runs.
+A tensor is donated to the last program that reads it, so XLA can reuse
+its buffer. This is how a budgeted plan holds in the program that runs:
+one XLA program over the whole step keeps many segments' recomputed
+tensors alive at once on the CPU backend (docs/memory.md, "Budgets and
+recompute").
+
+The step has the fused step's signature and results
+``step(params, states, aux, fixed, batch, lr, t, key) -> (params, states,
+aux, outputs)``; ``step.lower(*args).compile()`` gives the whole
+sequence's memory figures (``memory_analysis()``) so ``sg.xla`` reports it
+like any program.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from ..parallel.data_parallel import BATCH_AXIS, P
+
+
+@dataclass
+class SequenceMemory:
+    """``memory_analysis()`` of a program sequence, in the fields XLA's has.
+
+    ``argument``/``output``/``alias``: the step's own (its arguments, its
+    results, the donated parameters, states and aux it writes in place).
+    ``temp``: the rest of the peak: the tensors the programs hand on plus
+    the running program's outputs and temp, at the program where that is
+    largest (``peak_program``), so ``argument + output - alias + temp`` is
+    the most the step holds at once."""
+
+    temp_size_in_bytes: int
+    argument_size_in_bytes: int
+    output_size_in_bytes: int
+    alias_size_in_bytes: int
+    generated_code_size_in_bytes: int
+    peak_program: str
+    programs: list
+
+
+def _nbytes(tree) -> int:
+    return int(sum(np.prod(x.shape, dtype=np.int64) * _itemsize(x.dtype)
+                   for x in jax.tree.leaves(tree)))
+
+
+def _itemsize(dtype) -> int:
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        return jax.random.key_data(jax.random.key(0)).nbytes  # a key is its data
+    return np.dtype(dtype).itemsize
+
+
+class StagedStep:
+    """A training step run as ``stages`` (``passes.stages.Stage``) then an
+    update; built by ``TrainPrograms.staged``."""
+
+    def __init__(self, programs, split, stages, sig, optimizer, mults):
+        from ..passes.stages import last_reads
+        self.programs = programs
+        self.split = split
+        self.stages = stages
+        self.sig = sig
+        self.optimizer = optimizer
+        self.mults = mults
+        self.last = last_reads(stages)
+        self.n_out = programs.n_out
+        self.grad_names = list(programs.trainable)
+        self._stage_fns = [self._stage_fn(i) for i in range(len(stages))]
+        self._update_fn = self._update()
+
+    # -- the programs --------------------------------------------------------------
+    def _stage_fn(self, i: int):
+        tp, st, split, sig = self.programs, self.stages[i], self.split, self.sig
+        fn = tp._lower(st.graph, True)
+        n_ret = len(st.returns)
+        fwd_idx = [j for j in st.outputs if j < self.n_out]
+
+        def local(params, aux, fixed, batch, kept, dying, t, rkey, scale):
+            scale = scale[0] if scale is not None else None
+            feeds = tp._feeds(params, fixed, aux, batch)
+            feeds.update(tp._head_feeds(split, sig, loss_scale=scale))
+            feeds.update({k: v[0] for k, v in {**kept, **dying}.items()})
+            outs, aux_upd = fn(feeds, tp._key(rkey, t))
+            rets = {k: o[None] for k, o in zip(st.returns, outs[:n_ret])}
+            res = dict(zip(st.outputs, outs[n_ret:]))
+            fwd = tp._finish_outputs([res[j] for j in fwd_idx], sig, fwd_idx)
+            grads = {j: res[j][None] for j in st.outputs if j >= self.n_out}
+            upd = {k: v[None] for k, v in aux_upd.items()}
+            return rets, dict(zip(fwd_idx, fwd)), grads, upd
+
+        specs = tp.out_specs(sig)
+        spmd = tp.devices.spmd(
+            local,
+            in_specs=(P(), P(), P(), P(BATCH_AXIS), P(BATCH_AXIS), P(BATCH_AXIS), P(), P(), P()),
+            out_specs=(P(BATCH_AXIS), {j: specs[j] for j in fwd_idx}, P(BATCH_AXIS),
+                       P(BATCH_AXIS)))
+        return tp._jit(spmd, True, donate_argnums=(5,))
+
+    def _update(self):
+        tp, optimizer, mults = self.programs, self.optimizer, self.mults
+
+        def local(params, states, aux, grads, aux_upd, lr, t):
+            return tp.apply_step(optimizer, mults, params, states, aux,
+                                 {k: g[0] for k, g in grads.items()},
+                                 {k: v[0] for k, v in aux_upd.items()}, lr, t)
+
+        spmd = tp.devices.spmd(local,
+                               in_specs=(P(), P(), P(), P(BATCH_AXIS), P(BATCH_AXIS), P(), P()),
+                               out_specs=(P(), P(), P()))
+        return tp._jit(spmd, True, donate_argnums=(0, 1, 2))
+
+    # -- running -------------------------------------------------------------------
+    def _plan_args(self, i: int, held: dict) -> tuple:
+        st = self.stages[i]
+        kept = {k: held[k] for k in st.reads if self.last[k] != i}
+        dying = {k: held.pop(k) for k in st.reads if self.last[k] == i}
+        return kept, dying
+
+    def __call__(self, params, states, aux, fixed, batch, lr, t, rkey):
+        _, scale_state = self.programs._split_scale_state(states)
+        scale = scale_state[0] if scale_state is not None else None
+        held: dict = {}
+        outputs: dict = {}
+        grads: dict = {}
+        upd: dict = {}
+        for i, fn in enumerate(self._stage_fns):
+            kept, dying = self._plan_args(i, held)
+            with warnings.catch_warnings():  # a dying tensor no output can take
+                warnings.filterwarnings("ignore", "Some donated buffers were not usable")
+                rets, fwd, g, u = fn(params, aux, fixed, batch, kept, dying, t, rkey, scale)
+            del kept, dying
+            held.update(rets)
+            outputs.update(fwd)
+            grads.update(g)
+            upd.update(u)
+        grads = self._grads_by_name(grads, params)
+        new_p, new_s, new_aux = self._update_fn(params, states, aux, grads, upd, lr, t)
+        outs = [outputs[j] if j in outputs else self._passed(j, params, fixed, aux, batch)
+                for j in range(self.n_out)]
+        return new_p, new_s, new_aux, outs
+
+    def _grads_by_name(self, grads: dict, params: dict) -> dict:
+        out = {}
+        for j, name in enumerate(self.grad_names):
+            g = grads.get(self.n_out + j)
+            if g is None:  # the gradient is a variable passed through: not computed
+                raise RuntimeError(f"staged step: no gradient computed for '{name}'")
+            out[name] = g
+        return out
+
+    def _passed(self, j, params, fixed, aux, batch):
+        name = self.split.full.outputs[j].node.name
+        for d in (batch, params, fixed, aux):
+            if name in d:
+                return d[name]
+        raise RuntimeError(f"staged step: output {j} ('{name}') is computed by no stage")
+
+    # -- figures -------------------------------------------------------------------
+    def lower(self, params, states, aux, fixed, batch, lr, t, rkey):
+        return _StagedLowered(self, (params, states, aux, fixed, batch, lr, t, rkey))
+
+
+class _StagedLowered:
+    """Every program of a staged step lowered at the given argument shapes."""
+
+    def __init__(self, step: StagedStep, args):
+        self.step = step
+        self.args = args
+
+    def compile(self, compiler_options=None):
+        return _StagedCompiled(self.step, self.args, compiler_options)
+
+
+class _StagedCompiled:
+    def __init__(self, step: StagedStep, args, compiler_options):
+        self.step, self.args, self.options = step, args, compiler_options
+
+    def memory_analysis(self) -> SequenceMemory:
+        """Walks the sequence with shapes only, compiling each program."""
+        step = self.step
+        params, states, aux, fixed, batch, lr, t, rkey = self.args
+        _, scale_state = step.programs._split_scale_state(states)
+        scale = None if scale_state is None else jax.ShapeDtypeStruct((1,), "float32")
+        resident = _nbytes((params, states, aux, fixed, batch, lr, t))
+        held, outputs, grads, upd = {}, {}, {}, {}
+        peak, where, rows, code = 0, "", [], 0
+
+        def hand_on():
+            return _nbytes((held, outputs, grads, upd))
+
+        for i, fn in enumerate(step._stage_fns):
+            kept, dying = step._plan_args(i, held)
+            a = (params, aux, fixed, batch, kept, dying, t, rkey, scale)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Some donated buffers were not usable")
+                m = fn.lower(*a).compile(self.options).memory_analysis()
+            before = hand_on() + _nbytes(dying)
+            now = resident + before + m.output_size_in_bytes - m.alias_size_in_bytes + \
+                m.temp_size_in_bytes
+            name = f"stage {step.stages[i].index}"
+            rows.append({"program": name, "temp": int(m.temp_size_in_bytes),
+                         "output": int(m.output_size_in_bytes), "held": int(before)})
+            code += m.generated_code_size_in_bytes or 0
+            if now > peak:
+                peak, where = now, name
+            rets, fwd, g, u = jax.eval_shape(fn, *a)
+            held.update(rets)
+            outputs.update(fwd)
+            grads.update(g)
+            upd.update(u)
+        g = step._grads_by_name(grads, params)
+        a = (params, states, aux, g, upd, lr, t)
+        m = step._update_fn.lower(*a).compile(self.options).memory_analysis()
+        now = resident + hand_on() + m.output_size_in_bytes - m.alias_size_in_bytes + \
+            m.temp_size_in_bytes
+        rows.append({"program": "update", "temp": int(m.temp_size_in_bytes),
+                     "output": int(m.output_size_in_bytes), "held": int(hand_on())})
+        code += m.generated_code_size_in_bytes or 0
+        if now > peak:
+            peak, where = now, "update"
+        argument = _nbytes((params, states, aux, fixed, batch, lr, t, rkey))
+        donated = _nbytes((params, states, aux))
+        output = donated + _nbytes(outputs)
+        temp = peak - (argument + output - donated)
+        return SequenceMemory(int(temp), int(argument), int(output), int(donated), int(code),
+                              where, rows)

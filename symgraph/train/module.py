@@ -88,7 +88,10 @@ class Module(Loops):
     state, and the arena). ``bind`` and ``init_optimizer`` plan the step to
     it (``sg.plan(..., budget=)``, the optimizer's state counted once it is
     known) and the programs recompute in the backward the forward nodes the
-    plan names; results are those of the unbudgeted step. A budget that no
+    plan names, the step one program or a program per segment of it
+    (``TrainPrograms.staged``), whichever XLA's figures say holds less;
+    results are
+    those of the unbudgeted step. A budget that no
     plan fits raises ``BudgetError`` there. ``recompute``: the recompute
     set or algorithm ('mirror', 'sqrt', 'solver', or forward node names),
     with or without a budget (``sg.plan``'s ``recompute``).
@@ -810,6 +813,8 @@ class Module(Loops):
                              recompute=self._recompute_spec)
         self._budget_plan = p
         self._programs.set_recompute([r["name"] for r in p.recompute])
+        # one program, or one per segment where XLA holds less so (train/staged.py)
+        self._programs.segments = "auto" if p.recompute else None
 
     def _budget_optimizer(self):
         """The optimizer as ``sg.plan(optimizer=)`` counts its state: by the

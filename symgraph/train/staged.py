@@ -55,6 +55,12 @@ def _nbytes(tree) -> int:
                    for x in jax.tree.leaves(tree)))
 
 
+def _avals_key(args) -> tuple:
+    leaves, tree = jax.tree.flatten(args)
+    return tree, tuple((tuple(np.shape(x)), str(x.dtype), str(getattr(x, "sharding", None)))
+                       for x in leaves)
+
+
 def _itemsize(dtype) -> int:
     if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         return jax.random.key_data(jax.random.key(0)).nbytes  # a key is its data
@@ -78,6 +84,7 @@ class StagedStep:
         self.grad_names = list(programs.trainable)
         self._stage_fns = [self._stage_fn(i) for i in range(len(stages))]
         self._update_fn = self._update()
+        self._cache: dict = {}
 
     # -- the programs --------------------------------------------------------------
     def _stage_fn(self, i: int):
@@ -90,14 +97,25 @@ class StagedStep:
             scale = scale[0] if scale is not None else None
             feeds = tp._feeds(params, fixed, aux, batch)
             feeds.update(tp._head_feeds(split, sig, loss_scale=scale))
-            feeds.update({k: v[0] for k, v in {**kept, **dying}.items()})
+            feeds.update({k: _local(v) for k, v in {**kept, **dying}.items()})
             outs, aux_upd = fn(feeds, tp._key(rkey, t))
-            rets = {k: o[None] for k, o in zip(st.returns, outs[:n_ret])}
+            rets = {k: _per_device(o) for k, o in zip(st.returns, outs[:n_ret])}
             res = dict(zip(st.outputs, outs[n_ret:]))
             fwd = tp._finish_outputs([res[j] for j in fwd_idx], sig, fwd_idx)
-            grads = {j: res[j][None] for j in st.outputs if j >= self.n_out}
-            upd = {k: v[None] for k, v in aux_upd.items()}
+            grads = {j: _per_device(res[j]) for j in st.outputs if j >= self.n_out}
+            upd = {k: _per_device(v) for k, v in aux_upd.items()}
             return rets, dict(zip(fwd_idx, fwd)), grads, upd
+
+        # on several devices a handed-on value has a leading device axis (a
+        # BatchNorm's batch mean differs per device); on one, none: adding it
+        # costs XLA a copy
+        many = tp.devices.n > 1
+
+        def _per_device(x):
+            return x[None] if many else x
+
+        def _local(x):
+            return x[0] if many else x
 
         specs = tp.out_specs(sig)
         spmd = tp.devices.spmd(
@@ -110,10 +128,12 @@ class StagedStep:
     def _update(self):
         tp, optimizer, mults = self.programs, self.optimizer, self.mults
 
+        many = tp.devices.n > 1
+
         def local(params, states, aux, grads, aux_upd, lr, t):
             return tp.apply_step(optimizer, mults, params, states, aux,
-                                 {k: g[0] for k, g in grads.items()},
-                                 {k: v[0] for k, v in aux_upd.items()}, lr, t)
+                                 {k: g[0] if many else g for k, g in grads.items()},
+                                 {k: v[0] if many else v for k, v in aux_upd.items()}, lr, t)
 
         spmd = tp.devices.spmd(local,
                                in_specs=(P(), P(), P(), P(BATCH_AXIS), P(BATCH_AXIS), P(), P()),
@@ -127,6 +147,18 @@ class StagedStep:
         dying = {k: held.pop(k) for k in st.reads if self.last[k] == i}
         return kept, dying
 
+    def _compiled(self, which, args, options=None):
+        """The compiled program ``which`` (a stage's index or 'update') for
+        arguments like ``args``: compiled once per argument shapes, dtypes
+        and shardings, for running and for the figures alike."""
+        key = (which, _avals_key(args))
+        if key not in self._cache:
+            fn = self._update_fn if which == "update" else self._stage_fns[which]
+            with warnings.catch_warnings():  # a dying tensor no output can take
+                warnings.filterwarnings("ignore", "Some donated buffers were not usable")
+                self._cache[key] = fn.lower(*args).compile(options or None)
+        return self._cache[key]
+
     def __call__(self, params, states, aux, fixed, batch, lr, t, rkey):
         _, scale_state = self.programs._split_scale_state(states)
         scale = scale_state[0] if scale_state is not None else None
@@ -134,18 +166,19 @@ class StagedStep:
         outputs: dict = {}
         grads: dict = {}
         upd: dict = {}
-        for i, fn in enumerate(self._stage_fns):
+        for i in range(len(self._stage_fns)):
             kept, dying = self._plan_args(i, held)
-            with warnings.catch_warnings():  # a dying tensor no output can take
-                warnings.filterwarnings("ignore", "Some donated buffers were not usable")
-                rets, fwd, g, u = fn(params, aux, fixed, batch, kept, dying, t, rkey, scale)
+            a = (params, aux, fixed, batch, kept, dying, t, rkey, scale)
+            rets, fwd, g, u = self._compiled(i, a)(*a)
+            del a
             del kept, dying
             held.update(rets)
             outputs.update(fwd)
             grads.update(g)
             upd.update(u)
         grads = self._grads_by_name(grads, params)
-        new_p, new_s, new_aux = self._update_fn(params, states, aux, grads, upd, lr, t)
+        a = (params, states, aux, grads, upd, lr, t)
+        new_p, new_s, new_aux = self._compiled("update", a)(*a)
         outs = [outputs[j] if j in outputs else self._passed(j, params, fixed, aux, batch)
                 for j in range(self.n_out)]
         return new_p, new_s, new_aux, outs
@@ -202,9 +235,7 @@ class _StagedCompiled:
         for i, fn in enumerate(step._stage_fns):
             kept, dying = step._plan_args(i, held)
             a = (params, aux, fixed, batch, kept, dying, t, rkey, scale)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", "Some donated buffers were not usable")
-                m = fn.lower(*a).compile(self.options).memory_analysis()
+            m = step._compiled(i, a, self.options).memory_analysis()
             before = hand_on() + _nbytes(dying)
             now = resident + before + m.output_size_in_bytes - m.alias_size_in_bytes + \
                 m.temp_size_in_bytes
@@ -221,7 +252,7 @@ class _StagedCompiled:
             upd.update(u)
         g = step._grads_by_name(grads, params)
         a = (params, states, aux, g, upd, lr, t)
-        m = step._update_fn.lower(*a).compile(self.options).memory_analysis()
+        m = step._compiled("update", a, self.options).memory_analysis()
         now = resident + hand_on() + m.output_size_in_bytes - m.alias_size_in_bytes + \
             m.temp_size_in_bytes
         rows.append({"program": "update", "temp": int(m.temp_size_in_bytes),
@@ -235,3 +266,51 @@ class _StagedCompiled:
         temp = peak - (argument + output - donated)
         return SequenceMemory(int(temp), int(argument), int(output), int(donated), int(code),
                               where, rows)
+
+
+def _footprint(ma) -> int:
+    return (ma.argument_size_in_bytes + ma.output_size_in_bytes -
+            (ma.alias_size_in_bytes or 0) + ma.temp_size_in_bytes)
+
+
+class SmallerStep:
+    """The fused step or the staged one, whichever XLA's figures say holds
+    less at the arguments it is first called (or lowered) with: on small
+    nets one program keeps a recompute plan within a few percent and
+    avoids the handing on between programs; on large ones (ResNet-152) the
+    one program holds nearly twice the plan and the staged one does not
+    (docs/memory.md, "Budgets and recompute"). Each is compiled once; the
+    choice is made per argument shapes."""
+
+    def __init__(self, fused, staged: StagedStep):
+        self.fused, self.staged = fused, staged
+        self._chosen: dict = {}
+
+    def choose(self, args) -> tuple:
+        """``(name, program, {name: footprint})`` for arguments like ``args``."""
+        key = _avals_key(args)
+        if key not in self._chosen:
+            compiled = self.fused.lower(*args).compile()
+            sizes = {"fused": _footprint(compiled.memory_analysis()),
+                     "staged": _footprint(self.staged.lower(*args).compile().memory_analysis())}
+            name = "fused" if sizes["fused"] <= sizes["staged"] else "staged"
+            prog = compiled if name == "fused" else self.staged
+            self._chosen[key] = (name, prog, sizes)
+        return self._chosen[key]
+
+    def __call__(self, *args):
+        return self.choose(args)[1](*args)
+
+    def lower(self, *args):
+        name, prog, _ = self.choose(args)
+        return self.staged.lower(*args) if name == "staged" else _Compiled(prog)
+
+
+class _Compiled:
+    """A compiled program in the place of its ``Lowered``."""
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+
+    def compile(self, compiler_options=None):
+        return self.compiled

@@ -202,7 +202,7 @@ class TrainPrograms:
         self._cache: dict = {}
         self._reduce = devices.sum_over_devices
         self.recompute = tuple(recompute or ())
-        # True or a count: the step runs staged (``staged``) in that many segments
+        # the step ``step`` gives: None fused, True or a count staged, 'auto' the smaller
         self.segments = segments
 
     def set_recompute(self, names) -> None:
@@ -469,8 +469,16 @@ class TrainPrograms:
         return prog
 
     def step(self, sig, optimizer):
-        """The training step ``fit`` runs: ``staged`` when ``segments`` is
-        set (a budgeted Module: recomputing programs), ``fused`` otherwise."""
+        """The training step ``fit`` runs, by ``segments``: None, ``fused``;
+        True or a count, ``staged``; 'auto' (a budgeted Module), whichever of
+        the two XLA says holds less (``train.staged.SmallerStep``)."""
+        if self.segments == "auto":
+            from .staged import SmallerStep
+            key = ("smaller", sig, self.optimizer_key(optimizer, self.trainable))
+            if key not in self._cache:
+                self._cache[key] = SmallerStep(self.fused(sig, optimizer),
+                                               self.staged(sig, optimizer))
+            return self._cache[key]
         if self.segments:
             return self.staged(sig, optimizer, None if self.segments is True else self.segments)
         return self.fused(sig, optimizer)

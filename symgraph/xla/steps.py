@@ -137,7 +137,8 @@ def training_step(plan, optimizer=None, measures="auto", recompute=None,
     plan), as a Module under that budget runs it. ``segments``: the step
     runs staged (``TrainPrograms.staged``, a program per segment) in that
     many segments, True for the default count, None as one fused program;
-    'auto': staged where it recomputes, as a Module does."""
+    'auto', as a Module under a budget: where it recomputes, whichever of
+    the two XLA's figures say holds less."""
     from ..train import optimizer as opt_mod
     if not plan.train:
         raise XlaError("training_step needs a training plan (plan(..., train=True))")
@@ -149,8 +150,8 @@ def training_step(plan, optimizer=None, measures="auto", recompute=None,
         name, params = DEFAULT_OPTIMIZER
         optimizer = opt_mod.create(name, learning_rate=0.01, rescale_grad=1.0 / bsz,
                                    **dict(params))
-    if segments == "auto":
-        segments = True if recompute else None
+    if segments == "auto" and not recompute:
+        segments = None
     progs.segments = segments
     prog = progs.step(_signature(structs, batch), optimizer)
     params = {k: structs[k] for k in wrt}
@@ -165,7 +166,7 @@ def training_step(plan, optimizer=None, measures="auto", recompute=None,
                 {"program": "Module.fit step", "devices": 1,
                  "backend": jax.default_backend(), "optimizer": optimizer.describe(),
                  "measures": list(ms), "recompute": len(recompute),
-                 "programs": len(prog.stages) + 1 if segments else 1}, jitted=True)
+                 "segments": segments}, jitted=True)
 
 
 def inference_step(plan, measures="auto") -> Step:

@@ -223,6 +223,11 @@ def _run_split(net, shapes, args) -> int:
     print(f"  largest per-device peak {sp.devices.peak / mib:,.1f} MiB = {sp.ratio:.3f}x "
           f"one device ({sp.one_device / mib:,.1f} MiB); stages end after "
           f"{', '.join(sp.cut_after)} ({sp.evaluations} placements planned)")
+    if sp.batch is not None:
+        b = sp.batch
+        print(f"  batch split: the first {b['ops']} ops ({b['first']} .. {b['last']}) run on "
+              f"slices of the batch, {' + '.join(map(str, b['shares']))} of {b['batch']} "
+              f"samples, one per device, joined on axis 0 after {b['last']}")
     print(sp.devices.text(p.strategy, sp.one_device))
     if args.split_out is not None:
         print(f"wrote {args.split_out} (ctx_group attributes: {', '.join(sp.group2ctx)})")

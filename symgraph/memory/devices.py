@@ -270,6 +270,11 @@ class Split:
     one_device: int
     evaluations: int
     forward: Graph | None = None
+    # a batch split (memory/split.py): {"ops": k, "first", "last": op names,
+    # "shares": samples per device, "batch"}; ``forward`` is then the
+    # rewritten graph and ``cut_names`` name the cuts of the rest
+    batch: dict | None = None
+    cut_names: list | None = None
 
     def graph(self) -> Graph:
         """The forward net with the proposed ``__ctx_group__`` attributes (a
@@ -279,6 +284,8 @@ class Split:
     @property
     def cut_after(self) -> list:
         """The last forward op of each stage but the last."""
+        if self.cut_names is not None:
+            return list(self.cut_names)
         ops = [n.name for n in self.forward.nodes if n.op is not None]
         return [ops[c - 1] for c in self.cuts]
 
@@ -294,7 +301,8 @@ class Split:
                 "cut_after": self.cut_after,
                 "group2ctx": {k: str(v) for k, v in self.group2ctx.items()},
                 "one_device": int(self.one_device), "peak": int(self.devices.peak),
-                "ratio": round(self.ratio, 4), "evaluations": self.evaluations}
+                "ratio": round(self.ratio, 4), "evaluations": self.evaluations,
+                "batch_split": self.batch}
 
 
 def propose_split(plan, forward: Graph, n: int, origin: dict, device_type: str = "cpu"

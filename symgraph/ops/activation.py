@@ -174,6 +174,7 @@ def _dropout_lower(p, ctx, x):
 
 _dropout = register(OpDef(
     name="Dropout",
+    per_sample=False,  # its mask is drawn for the whole batch from one key
     attrs={"p": Attr(probability_attr, 0.5, "probability of dropping an element"),
            "mode": Attr(choice_attr("training", "always"), "training",
                         "training: identity outside training; always: drop in inference too"),

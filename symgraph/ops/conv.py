@@ -236,6 +236,7 @@ def _conv_lower(p, ctx, x, w, b=None):
 
 _conv = register(OpDef(
     name="Convolution", attrs=CONV_ATTRS, arguments=_conv_args, lower=_conv_lower,
+    per_sample=True,
     infer_shape=_conv_shape, flops=_weight_flops, family="convolution", anchor_weights=True,
     split_wgrad=True,
     doc="N-D convolution (NCW/NCHW/NCDHW); weight (num_filter, C/num_group, *kernel); "
@@ -345,6 +346,7 @@ def _deconv_flops(p, ins, outs):
 
 _deconv = register(OpDef(
     name="Deconvolution",
+    per_sample=True,
     attrs={**{k: v for k, v in CONV_ATTRS.items() if k != "weight_layout"},
            "no_bias": Attr(bool_attr, True),
            "layout": Attr(channel_first_layout_attr, None,

@@ -48,6 +48,7 @@ def _fc_flops(p, ins, outs):
 
 _fc = register(OpDef(
     name="FullyConnected",
+    per_sample=True,
     attrs={"num_hidden": Attr(positive_int_attr), "no_bias": Attr(bool_attr, False),
            "flatten": Attr(bool_attr, True)},
     arguments=_fc_args, lower=_fc_lower, infer_shape=_fc_shape, flops=_fc_flops,
@@ -110,6 +111,7 @@ def _indices(p, data):
 
 _embedding = register(OpDef(
     name="Embedding",
+    per_sample=True,
     attrs={"input_dim": Attr(positive_int_attr, doc="vocabulary size"),
            "output_dim": Attr(positive_int_attr, doc="embedding size"),
            "dtype": Attr(dtype_attr, "float32", "dtype of weight and output"),

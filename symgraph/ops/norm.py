@@ -74,6 +74,7 @@ def _bn_flops(p, ins, outs):
 
 _bn = register(OpDef(
     name="BatchNorm",
+    per_sample=False,  # training normalises by the batch's mean and variance
     attrs={"eps": Attr(float_attr, 1e-3), "momentum": Attr(float_attr, 0.9),
            "fix_gamma": Attr(bool_attr, True, "gamma is taken as 1 and gets no gradient"),
            "use_global_stats": Attr(bool_attr, False, "use the moving stats in training too"),
@@ -162,6 +163,7 @@ def _lrn_lower(p, ctx, x):
 
 _lrn = register(OpDef(
     name="LRN",
+    per_sample=True,
     attrs={"alpha": Attr(float_attr, 1e-4), "beta": Attr(float_attr, 0.75),
            "knorm": Attr(float_attr, 2.0), "nsize": Attr(odd_int_attr, doc="odd channel window")},
     outputs=("output", "tmp_norm"), visible_outputs=1, lower=_lrn_lower,

@@ -137,6 +137,7 @@ def _pool_flops(p, ins, outs):
 
 _pool = register(OpDef(
     name="Pooling", attrs=POOL_ATTRS, lower=_pool_lower, infer_shape=_pool_shape,
+    per_sample=True,
     flops=_pool_flops, family="pooling",
     doc="max/avg/sum pooling; pooling_convention full rounds the output size up.",
     samples=[

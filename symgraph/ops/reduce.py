@@ -75,6 +75,8 @@ def _reduction(name, fn, *, aliases=(), doc=""):
 
     return register(OpDef(
         name=name, attrs=REDUCE_ATTRS, lower=lower, infer_shape=_reduce_infer,
+        # reducing only axes after the batch's: each sample on its own
+        per_sample=lambda p: bool(p.axis) and not p.exclude and all(a > 0 for a in p.axis),
         category="reduction", flops=_input_flops, samples=REDUCE_SAMPLES, aliases=aliases,
         doc=doc))
 
@@ -192,6 +194,7 @@ def _softmax_backward_flops(p, in_shapes, out_shapes):
 
 _softmax = register(OpDef(
     name="softmax", attrs=SOFTMAX_ATTRS,
+    per_sample=lambda p: p.axis > 0,  # -1 is axis 0 of a vector
     lower=lambda p, ctx, x: jax.nn.softmax(_scaled(p, x), axis=p.axis), infer_shape=_check_axis,
     inplace=[(0, 0)], category="opaque", flops=_softmax_flops, samples=SOFTMAX_SAMPLES,
     family="activation", doc="softmax(x / temperature) along axis."))
@@ -203,6 +206,7 @@ register_backward(
 
 _log_softmax = register(OpDef(
     name="log_softmax", attrs=SOFTMAX_ATTRS,
+    per_sample=lambda p: p.axis > 0,
     lower=lambda p, ctx, x: jax.nn.log_softmax(_scaled(p, x), axis=p.axis),
     infer_shape=_check_axis, inplace=[(0, 0)], category="opaque", flops=_softmax_flops,
     family="activation", samples=SOFTMAX_SAMPLES,

@@ -251,6 +251,15 @@ class OpDef:
         and output indices it reads (its inputs, in that order), and the
         forward argument indices whose gradients it writes (its outputs);
         ``register_backward`` sets it (the layout pass reads it).
+    per_sample(p) -> bool: in training, sample i (axis 0) of every output
+        reads only sample i of the inputs that carry the batch and all of
+        the others (weights), so a slice of the batch runs on its own and
+        the weight gradients summed over the slices are the whole batch's
+        (``passes/batch_split.py`` splits only such ops). Default: True for
+        elementwise ops, False otherwise; False where samples meet
+        (BatchNorm's batch statistics, a loss normalised by the batch),
+        where random numbers are drawn for the whole batch (Dropout), or
+        where axis 0 moves (transpose, a Reshape not keeping dim 0).
     """
 
     name: str
@@ -274,6 +283,7 @@ class OpDef:
     split_wgrad: bool = False
     forward: OpDef | None = None
     backward_io: Callable | None = None
+    per_sample: Callable | bool | None = None
     samples: Sequence[Sample] = ()
     doc: str = ""
     aliases: Sequence[str] = ()
@@ -300,6 +310,10 @@ class OpDef:
                           f"{', '.join(FAMILIES)}")
         if self.flops is None:
             self.flops = _CATEGORY_FLOPS.get(self.category)  # opaque: the op's own
+        if self.per_sample is None:
+            self.per_sample = self.category == "elementwise"
+        if not callable(self.per_sample):
+            self.per_sample = _const(bool(self.per_sample))
 
     # names and counts
     def arg_names(self, p) -> list[str]:

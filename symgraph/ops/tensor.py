@@ -14,11 +14,13 @@ from .elementwise import INPLACE_FIRST, X, elementwise_flops, same_shape
 
 # y = x; dx = dy
 register(OpDef(name="identity", lower=lambda p, ctx, x: x, infer_shape=same_shape,
+               per_sample=True,
                inplace=INPLACE_FIRST, category="injective", samples=X,
                aliases=("_copy",), gradient=lambda g, node, og: [og[0]]))
 
 # y = x; no gradient flows back
 register(OpDef(name="BlockGrad", lower=lambda p, ctx, x: jax.lax.stop_gradient(x),
+               per_sample=True,
                infer_shape=same_shape, inplace=INPLACE_FIRST, category="injective",
                samples=X, aliases=("stop_gradient",),
                gradient=lambda g, node, og: [None]))
@@ -53,6 +55,7 @@ def _zero_flops(p, in_shapes, out_shapes):
 # staged runner (parallel/placement.py) moves the value. The gradient is the
 # copy back. No inplace: input and output live on different devices.
 register(OpDef(name="_CrossDeviceCopy", lower=lambda p, ctx, x: x, infer_shape=same_shape,
+               per_sample=True,
                category="opaque", samples=X, flops=_zero_flops,
                gradient=lambda g, node, og: [g.op("_CrossDeviceCopy", [og[0]])[0]]))
 
@@ -184,6 +187,8 @@ def _reshape_like_gradient(g, node, og):
 
 register(OpDef(
     name="Reshape",
+    # dim 0 kept (code 0 first, matched from the left): a slice reshapes alike
+    per_sample=lambda p: p.shape[:1] == (0,) and not p.reverse,
     attrs={"shape": Attr(reshape_codes_attr, (), "new shape, with codes 0, -1, -2, -3, -4"),
            "reverse": Attr(bool_attr, False, "match the codes from the right"),
            "target_shape": Attr(shape_attr, (), "legacy: new shape, 0 = inferred"),
@@ -264,6 +269,7 @@ def _flatten_infer(p, s):
 # y = flatten(x); dx = reshape_like(dy, x)  (reads x's shape only)
 register(OpDef(
     name="Flatten", lower=lambda p, ctx, x: x.reshape(x.shape[0], -1),
+    per_sample=True,
     infer_shape=_flatten_infer, inplace=INPLACE_FIRST, category="injective",
     flops=_zero_flops, gradient=_reshape_like_gradient, aliases=("flatten",),
     samples=[Sample({}, [(2, 3, 4)]), Sample({}, [(5,)])],
@@ -303,6 +309,7 @@ def _transpose_gradient(g, node, og):
 
 register(OpDef(
     name="transpose", attrs={"axes": Attr(shape_attr, (), "the permutation; () reverses")},
+    per_sample=lambda p: p.axes[:1] == (0,),
     lower=lambda p, ctx, x: jnp.transpose(x, _perm(p, x.ndim)), infer_shape=_transpose_infer,
     category="injective", flops=_zero_flops, gradient=_transpose_gradient,
     samples=[Sample({}, [(2, 3, 4)]), Sample({"axes": (0, 2, 1)}, [(2, 3, 4)]),
@@ -330,6 +337,7 @@ def _expand_dims_infer(p, s):
 
 _expand_dims = register(OpDef(
     name="expand_dims", attrs={"axis": Attr(int_attr, doc="where the new axis goes")},
+    per_sample=lambda p: p.axis > 0,
     lower=lambda p, ctx, x: jnp.expand_dims(x, _expand_axis(p.axis, x.ndim)),
     infer_shape=_expand_dims_infer, inplace=INPLACE_FIRST, category="injective",
     flops=_zero_flops,
@@ -384,6 +392,7 @@ def _concat_infer(p, s):
 
 _concat = register(OpDef(
     name="Concat",
+    per_sample=lambda p: p.dim > 0,  # a negative dim may name axis 0
     attrs={"num_args": Attr(positive_int_attr, doc="number of inputs"),
            "dim": Attr(int_attr, 1, "the axis to join along")},
     arguments=lambda p: [f"arg{i}" for i in range(p.num_args)],
@@ -448,6 +457,7 @@ def _slice_channel_gradient(g, node, og):
 
 register(OpDef(
     name="SliceChannel",
+    per_sample=lambda p: p.axis > 0,
     attrs={"num_outputs": Attr(positive_int_attr, doc="number of equal parts"),
            "axis": Attr(int_attr, 1, "the axis to split"),
            "squeeze_axis": Attr(bool_attr, False, "drop the split axis (its size must "
@@ -494,6 +504,7 @@ def _slice_axis_lower(p, ctx, x):
 
 _slice_axis = register(OpDef(
     name="slice_axis",
+    per_sample=lambda p: p.axis > 0,
     attrs={"axis": Attr(int_attr, doc="the axis to slice"),
            "begin": Attr(int_attr, doc="first index (negative counts from the end)"),
            "end": Attr(optional_int_attr, doc="one past the last index; None = the end")},

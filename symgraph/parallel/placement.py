@@ -180,13 +180,16 @@ class StagedProgram:
         # a copy's output is what its input is
         variables = {n.name for n in g.variables}
         self.kinds = {k: (replicas.kind(k, True) if replicas else "one") for k in variables}
+        made_by = {entry_key(Entry(n, i)): n for n in g.nodes if n.op is not None
+                   for i in range(n.num_outputs)}
         for i, (kind, d, ins, rest) in enumerate(self.steps):
             if kind == "copy":
                 if rest is not None:
                     self.kinds[rest] = self.kinds.get(ins, "stack")
                 continue
-            for k in ins:
-                self.kinds.setdefault(k, "stack")  # fed entries (saved tensors)
+            for k in ins:  # fed entries (saved tensors)
+                if k not in self.kinds:
+                    self.kinds[k] = self._fed_kind(made_by.get(k))
             keys, sub = rest
             self.kinds.update((k, "stack") for k in keys)
             fn = measures_mod.lower_measured(sub, is_train, measures)
@@ -195,6 +198,17 @@ class StagedProgram:
                                          replicas.microbatches)
             self.steps[i] = (kind, d, ins, (keys, measures_mod.jit(fn, measures)))
         self.num_programs = sum(1 for s in self.steps if s[0] == "seg")
+
+    def _fed_kind(self, node) -> str:
+        """What a fed entry (made by ``node``) is across replicas: a copy of
+        a variable (a weight read on another device, saved by the forward
+        for the backward) is what the variable is; anything else a segment
+        made, so stacked."""
+        while node is not None and node.op is not None and node.op.name == COPY_OP:
+            node = node.inputs[0].node
+        if node is not None and node.op is None:
+            return self.kinds.get(node.name, "stack")
+        return "stack"
 
     @staticmethod
     def _needed(g: Graph, outputs: list, fed: set) -> set:

@@ -1,0 +1,193 @@
+"""Batch split: the first ops of a net run as slices of the batch.
+
+``split_batch(graph, prefix, shares, batch_inputs)`` rewrites a forward
+graph so that its first ``prefix`` op nodes (topological order) run once
+per slice of the batch -- Krizhevsky's "one weird trick": data parallel
+where the activations are large, layer-wise model parallel where the
+weights are. Each input that carries the batch (``batch_inputs``: the data)
+is sliced along axis 0 (``slice_axis``; the shares may differ, e.g. 26 and
+38 of 64), each slice runs its own copy of the prefix ops, every copy
+reading the SAME weight variables (the gradient pass sums a variable's
+gradients over its readers, so the weight gradient is the whole batch's),
+and each prefix output that a later op reads is joined again with a
+``Concat`` on axis 0, samples in their original order. The rest of the
+graph is unchanged. A copy of a node keeps its attributes; slice ``d``'s
+copy of node ``x`` is named ``x`` for ``d = 0`` and ``x_part<d>`` after.
+
+It is exact only where every split op treats samples apart: the op fact
+``OpDef.per_sample`` (Convolution, Pooling, Activation, elementwise,
+FullyConnected, Flatten ...; not BatchNorm in training, not Dropout, whose
+mask is drawn for the whole batch, not a loss). ``batch_prefix`` gives the
+longest prefix of a graph the pass may take; ``split_batch`` refuses any
+other. Ops of the prefix that read no batch input (arithmetic on weights
+alone) run once and are shared. Placing slice ``d`` on device ``d``
+(``__ctx_group__``) is the caller's choice (``memory/split.py``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..errors import GraphError
+from ..graph import Entry, Graph, Node
+from ..ops.registry import get_op
+from .infer import infer_shapes
+
+
+@dataclass(eq=False)
+class BatchSplit:
+    """The rewritten ``graph``; ``part[name]``: the slice each node copied
+    for a slice runs (slices and copies), ``concats``: the joining nodes'
+    names, ``shared``: prefix ops run once (no batch input)."""
+
+    graph: Graph
+    shares: list
+    part: dict = field(default_factory=dict)
+    slices: list = field(default_factory=list)
+    concats: list = field(default_factory=list)
+    shared: list = field(default_factory=list)
+
+
+def _refusal(n: Node) -> str | None:
+    """Why op node ``n``, which reads the batch, cannot run on slices of
+    it, or None when it can."""
+    if not n.op.per_sample(n.params):
+        return f"{n.op.name} does not treat samples apart (OpDef.per_sample)"
+    if n.op.aux_names(n.params):
+        return "it has auxiliary states"
+    return None
+
+
+def _carries(n: Node, batch: set) -> bool:
+    return any((id(e.node), e.index) in batch for e in n.inputs)
+
+
+def batch_prefix(graph: Graph, batch_inputs: Sequence[str], shapes: dict | None = None
+                 ) -> tuple[int, str]:
+    """(k, why): the first k op nodes of ``graph`` may run on slices of the
+    batch -- every one that reads the batch is per-sample, none is an
+    output of the graph; ``why`` says what stops it at op k. With the
+    input ``shapes``, also every batch tensor keeps the batch on axis 0 and
+    an op's batch inputs share one rank (broadcasting aligns dimensions
+    from the right: a batch of lower rank would meet another axis)."""
+    names = set(batch_inputs)
+    batch = {(id(n), 0) for n in graph.variables if n.name in names}
+    outputs = {id(e.node) for e in graph.outputs}
+    inf = size = None
+    if shapes is not None:
+        args = set(graph.list_arguments())
+        inf = infer_shapes(graph, {a: s for a, s in shapes.items() if a in args})
+        sizes = {tuple(shapes[a])[:1] for a in names if a in shapes}
+        size = sizes.pop() if len(sizes) == 1 else None
+    k = 0
+    for n in graph.nodes:
+        if n.op is None:
+            continue
+        if id(n) in outputs:
+            return k, f"'{n.name}' is an output of the graph"
+        if _carries(n, batch):
+            why = _refusal(n)
+            if why is None and inf is not None:
+                ranks = {len(inf.shape(e)) for e in n.inputs if (id(e.node), e.index) in batch}
+                outs = [inf.shape(Entry(n, i)) for i in range(n.num_outputs)]
+                if len(ranks) > 1:
+                    why = "its batch inputs differ in rank"
+                elif size is None or any(tuple(s)[:1] != size for s in outs):
+                    why = "its output does not keep the batch on axis 0"
+            if why is not None:
+                return k, f"'{n.name}': {why}"
+            batch.update((id(n), i) for i in range(n.num_outputs))
+        k += 1
+    return k, "the end of the graph"
+
+
+def split_batch(graph: Graph, prefix: int, shares: Sequence[int],
+                batch_inputs: Sequence[str], shapes: dict | None = None) -> BatchSplit:
+    """``graph`` with its first ``prefix`` op nodes run on len(shares)
+    slices of the batch, slice d holding ``shares[d]`` samples (in order);
+    GraphError if the prefix is longer than ``batch_prefix`` allows (given
+    the input ``shapes``, if any) or a share is below 1."""
+    shares = [int(s) for s in shares]
+    if len(shares) < 1 or min(shares) < 1:
+        raise GraphError(f"batch split: every slice needs a sample, got shares {shares}")
+    allowed, why = batch_prefix(graph, batch_inputs, shapes)
+    if prefix > allowed:
+        raise GraphError(f"batch split: cannot split the batch over the first {prefix} ops: "
+                         f"the batch may be split over {allowed} at most ({why})")
+    names = {n.name for n in graph.nodes}
+    batch_vars = {id(n) for n in graph.variables if n.name in set(batch_inputs)}
+    ops = [n for n in graph.nodes if n.op is not None]
+    in_prefix = {id(n) for n in ops[:prefix]}
+    out = BatchSplit(graph, shares)
+    if prefix == 0 or not batch_vars:
+        return out
+
+    def fresh(base: str) -> str:
+        name, k = base, 1
+        while name in names:
+            name, k = f"{base}{k}", k + 1
+        names.add(name)
+        return name
+
+    # (id(node), index) -> [entry of slice d] for entries that carry the batch
+    sliced: dict[tuple, list] = {}
+    new: dict[int, Node] = {}  # rebuilt nodes (shared prefix ops, suffix readers)
+    bounds = [0]
+    for s in shares:
+        bounds.append(bounds[-1] + s)
+
+    def whole(e: Entry) -> Entry:
+        return Entry(new.get(id(e.node), e.node), e.index)
+
+    def slice_of(e: Entry, d: int) -> Entry:
+        key = (id(e.node), e.index)
+        if key not in sliced and id(e.node) in batch_vars:
+            parts = []
+            for i in range(len(shares)):
+                name = fresh(f"{e.node.name}_slice{i}")
+                node = Node(get_op("slice_axis"), name,
+                            {"axis": 0, "begin": bounds[i], "end": bounds[i + 1]}, [e])
+                out.part[name] = i
+                out.slices.append(name)
+                parts.append(Entry(node, 0))
+            sliced[key] = parts
+        return sliced[key][d] if key in sliced else whole(e)
+
+    joined: dict[tuple, Entry] = {}
+
+    def joined_of(e: Entry) -> Entry:
+        key = (id(e.node), e.index)
+        if key not in sliced:
+            return whole(e)
+        if key not in joined:
+            base = e.node.name if not e.index else f"{e.node.name}_output{e.index}"
+            name = fresh(f"{base}_concat")
+            node = Node(get_op("Concat"), name, {"num_args": len(shares), "dim": 0},
+                        sliced[key])
+            out.concats.append(name)
+            joined[key] = Entry(node, 0)
+        return joined[key]
+
+    for n in graph.nodes:
+        if n.op is None:
+            continue
+        if id(n) in in_prefix and any((id(e.node), e.index) in sliced or id(e.node) in batch_vars
+                                      for e in n.inputs):
+            copies = []
+            for d in range(len(shares)):
+                name = n.name if d == 0 else fresh(f"{n.name}_part{d}")
+                copies.append(Node(n.op, name, n.attrs, [slice_of(e, d) for e in n.inputs]))
+                out.part[name] = d
+            for i in range(n.num_outputs):
+                sliced[(id(n), i)] = [Entry(c, i) for c in copies]
+            continue
+        ins = [joined_of(e) for e in n.inputs]
+        if id(n) in in_prefix:
+            out.shared.append(n.name)
+        if any(a.node is not b.node for a, b in zip(ins, n.inputs)):
+            new[id(n)] = Node(n.op, n.name, n.attrs, ins)
+    out.graph = Graph([joined_of(e) for e in graph.outputs])
+    return out
+
+
+__all__ = ["BatchSplit", "batch_prefix", "split_batch"]

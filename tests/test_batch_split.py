@@ -146,6 +146,14 @@ def test_cli_split_reports_the_batch_split(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     sp = split(_net(), {"data": (8, 2, 16, 16)}, 2)[1]
     assert [d["total"] for d in doc["devices"]] == [d.total for d in sp.devices.plans]
+    code = main(["plan", str(path), "--shape", "data=8,2,16,16", "--train", "--split", "2",
+                 "--layer-wise", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["split"]["batch_split"] is None
+    assert doc["split"]["peak"] > sp.devices.peak
+    code = main(["plan", str(path), "--shape", "data=8,2,16,16", "--train", "--layer-wise"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and "--layer-wise chooses how --split cuts" in err
 
 
 # -- OpDef.per_sample, checked for every op that claims it -------------------------------

@@ -42,7 +42,8 @@ parameters the two end with.
 
 Model parallel (``--stages N``, default 2, off with ``--quick`` unless
 given): for every net and batch, ``Module.train_step`` with the net split
-into N stages by ``symgraph plan --split N`` (memory/devices.py) on
+into N layer-wise stages by ``symgraph plan --split N --layer-wise``
+(memory/devices.py; the batch split is not benchmarked here) on
 simulated CPU devices 1..N (``group2ctxs``) beside the same Module on one
 device, in this process, alternating rounds; the table gives both
 samples/s, their ratio, the largest relative difference of the parameters
@@ -566,7 +567,7 @@ def measure_stages(net: str, batch: int, stages: int, image: int, steps: int, ro
     from ..memory.split import split as split_net
     build, _ = NETS[net]
     shape = (batch, 3, image, image)
-    _, sp = split_net(build(), {"data": shape}, stages)
+    _, sp = split_net(build(), {"data": shape}, stages, batch_split=False)
     symbol = sg.sym.Symbol(sp.graph().outputs)  # with the proposed ctx_group attributes
     devs = jax.devices()
     g2c = {g: sg.Context.of(devs[i + 1]) for i, g in enumerate(sp.group2ctx)}

@@ -21,8 +21,11 @@ its state, ``--recompute`` picks the algorithm.
 ``--group2ctx stage1=cpu:1,stage2=cpu:2`` also plans each device's part of
 a net whose nodes carry ctx_group attributes (``Plan.devices``);
 ``--split N`` proposes a placement over N devices balancing the per-device
-peak and reports the largest one against one device; ``-o OUT.json``
-writes the net with the proposed ctx_group attributes (memory/devices.py).
+peak and reports the largest one against one device: layer-wise stages,
+or the batch of the first layers split over the devices and the rest in
+stages, whichever holds less (memory/split.py; ``--layer-wise``: stages
+only); ``-o OUT.json`` writes the net with the proposed ctx_group
+attributes (memory/devices.py).
 """
 from __future__ import annotations
 
@@ -96,9 +99,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--split", type=int, metavar="N", default=None,
                         help="propose a placement over N devices (training) that balances "
                              "the per-device peak; report the largest against one device")
+    parser.add_argument("--layer-wise", action="store_true",
+                        help="with --split: cut the net's layers into stages only, never "
+                             "split the batch of its first layers over the devices")
     parser.add_argument("-o", dest="split_out", metavar="OUT.json", default=None,
                         help="with --split: write the net with the proposed ctx_group "
-                             "attributes to OUT.json")
+                             "attributes to OUT.json (a batch split: the rewritten net)")
     _add_output_options(parser)
 
 
@@ -188,6 +194,8 @@ def _check_devices_options(args):
     """--group2ctx parsed, --split and -o checked, before any planning."""
     if args.split_out is not None and args.split is None:
         raise UsageError("plan: -o writes the net --split proposes; add --split N")
+    if args.layer_wise and args.split is None:
+        raise UsageError("plan: --layer-wise chooses how --split cuts; add --split N")
     if args.split is not None:
         if args.split < 1:
             raise UsageError(f"plan: --split takes a number of devices >= 1, got {args.split}")
@@ -208,7 +216,7 @@ def _run_split(net, shapes, args) -> int:
     from .split import split
     p, sp = split(net, shapes, args.split, outputs=args.head, strategy=args.strategy,
                   fuse=not args.no_fuse, schedule=args.schedule,
-                  match_range=args.match_range,
+                  match_range=args.match_range, batch_split=not args.layer_wise,
                   name=os.path.splitext(os.path.basename(args.net))[0])
     if args.split_out is not None:
         from ..serialize import save

@@ -211,11 +211,15 @@ def measure_net(name: str, args, bar=None) -> dict:
         bar.set_postfix_str(f"{name}: compiling {len(sets)} programs")
     runners = {}
     for names, info in sets.items():
-        info.update(_footprint(symgraph_step(net, shapes, names)))
+        step = symgraph_step(net, shapes, names)
+        info.update(_footprint(step))
+        # a budgeted Module runs the fused or the staged step, whichever holds less
+        info["program"] = step.fn.choose(step.args)[0] if hasattr(step.fn, "choose") \
+            else "fused"
         if not args.no_time:
             tshapes = _shapes(name, args.time_batch, args.image)
-            step = (symgraph_step(net, tshapes, names) if args.time_batch != args.batch
-                    else symgraph_step(net, shapes, names))
+            if args.time_batch != args.batch:  # else the same programs, compiled once
+                step = symgraph_step(net, tshapes, names)
             runners[("symgraph", names)] = Runner(step, _feed_module)
     hw = None
     if not args.no_checkpoint:
@@ -241,6 +245,7 @@ def measure_net(name: str, args, bar=None) -> dict:
             info = sets[p.pop("set")]
             p["xla_footprint"] = info["footprint"]
             p["xla_temp"] = info["temp"]
+            p["program"] = info["program"]
             dt = times.get(("symgraph", tuple(info["names"])))
             p["step_s"] = dt
             p["step_ratio"] = dt / t0 if dt and t0 else None
@@ -285,7 +290,9 @@ def markdown(res: dict) -> str:
              "Budget = rest + fraction x I0 (I0: the no-recompute plan's internal bytes; "
              "rest: arguments, gradients, aux). Footprint: XLA's memory_analysis() of the "
              "program `Module.fit` runs with the plan's recompute set (temp + argument + "
-             "output - alias), compiled at the batch shown. Step: time per step against the "
+             "output - alias), compiled at the batch shown; program: the fused step (one XLA "
+             "program) or the staged one (a program per segment), whichever holds less, as a "
+             "budgeted Module picks. Step: time per step against the "
              "step without recompute, same run, interleaved.", ""]
     for row in res["rows"]:
         nr = row["no_recompute"]
@@ -294,16 +301,17 @@ def markdown(res: dict) -> str:
                   f"{_mib(row['internal0'])}), XLA footprint {_mib(nr['xla_footprint'])} MiB "
                   f"(temp {_mib(nr['xla_temp'])}).", "",
                   "| algorithm | fraction | budget MiB | plan total MiB | XLA footprint MiB "
-                  "| XLA temp MiB | recomputed | extra FLOPs | step |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| XLA temp MiB | program | recomputed | extra FLOPs | step |",
+                  "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
         for p in row["points"]:
             if not p["fits"]:
                 lines.append(f"| {p['algorithm']} | {p['fraction']:.2f} | {_mib(p['budget'])} "
-                             f"| does not fit (smallest {_mib(p['smallest'])}) | | | | | |")
+                             f"| does not fit (smallest {_mib(p['smallest'])}) | | | | | | |")
                 continue
             lines.append(f"| {p['algorithm']} | {p['fraction']:.2f} | {_mib(p['budget'])} | "
                          f"{_mib(p['plan_total'])} | {_mib(p['xla_footprint'])} | "
-                         f"{_mib(p['xla_temp'])} | {p['recomputed']} | "
+                         f"{_mib(p['xla_temp'])} | {p.get('program', 'fused')} | "
+                         f"{p['recomputed']} | "
                          f"{p['extra_flops_share'] * 100:.1f}% | {_ratio(p['step_ratio'])} |")
         if row["checkpoint"]:
             lines += ["", "Hand-written plain-JAX net, jax.checkpoint per block:", "",

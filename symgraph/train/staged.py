@@ -56,9 +56,17 @@ def _nbytes(tree) -> int:
 
 
 def _avals_key(args) -> tuple:
+    """What a compiled program depends on in its arguments: shapes, dtypes
+    and shardings over several devices (one device's is the default)."""
     leaves, tree = jax.tree.flatten(args)
-    return tree, tuple((tuple(np.shape(x)), str(x.dtype), str(getattr(x, "sharding", None)))
-                       for x in leaves)
+    return tree, tuple((tuple(np.shape(x)), str(x.dtype), _sharding_key(x)) for x in leaves)
+
+
+def _sharding_key(x):
+    sharding = getattr(x, "sharding", None)
+    if sharding is None or len(sharding.device_set) == 1:
+        return None
+    return str(sharding)
 
 
 def _itemsize(dtype) -> int:

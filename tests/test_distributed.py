@@ -247,6 +247,30 @@ def test_kvstore_dist_types(monkeypatch):
     assert not sg.kv.create("local").is_distributed
 
 
+def test_dist_sync_with_group2ctxs_is_refused_across_processes(monkeypatch):
+    """A placed net trains inside one process: with several processes,
+    dist_sync would otherwise rebind it as plain data parallel and drop the
+    placement without a word."""
+    from symgraph.parallel import kvstore as kvs
+    x = sg.sym.Variable("data")
+    with sg.AttrScope(ctx_group="a"):
+        h = sg.sym.FullyConnected(x, num_hidden=4, name="fc1")
+    with sg.AttrScope(ctx_group="b"):
+        h = sg.sym.FullyConnected(h, num_hidden=3, name="fc2")
+    net = sg.sym.SoftmaxOutput(h, name="softmax")
+    mod = sg.mod.Module(net, context=sg.cpu(0), group2ctxs={"a": sg.cpu(1), "b": sg.cpu(2)})
+    mod.bind([sg.io.DataDesc("data", (4, 5))], [sg.io.DataDesc("softmax_label", (4,))])
+    mod.init_params(sg.init.Xavier())
+
+    class Dist(kvs.KVStore):  # a dist_sync store without the processes
+        is_distributed = True
+        type = "dist_sync"
+    monkeypatch.setattr(kvs, "create", lambda kind: Dist("local"))
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    with pytest.raises(TrainError, match="kvstore='dist_sync' with group2ctxs is not supported"):
+        mod.init_optimizer(kvstore="dist_sync")
+
+
 @pytest.mark.parametrize("handle", ["pad", "discard", "roll_over"])
 def test_ndarray_iter_parts_split_every_batch(handle):
     """The parts' batches, concatenated in order, are the batches of one

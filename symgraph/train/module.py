@@ -428,6 +428,10 @@ class Module(Loops):
         self._kvstore = kvs.create(kvstore) if kvstore is not None else None
         if self._kvstore is not None and self._kvstore.is_distributed and \
                 self._devices.processes == 1 and jax.process_count() > 1:
+            if hasattr(self._devices, "train_programs"):  # placed: PlacedDevices
+                raise TrainError(f"kvstore='{self._kvstore.type}' with group2ctxs is not "
+                                 f"supported: a placed net trains within one process (worker "
+                                 f"groups: Module(context=[...], group2ctxs=[{{...}}, ...]))")
             # one step over every process's devices: rebind there (the
             # parameters move along, process 0's values)
             self._devices = DeviceSet(self._context, processes=True)

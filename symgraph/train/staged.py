@@ -224,8 +224,14 @@ class _StagedLowered:
 
 
 class _StagedCompiled:
+    """The compiled sequence: its figures, and called, the step (each
+    program compiled once, whichever comes first)."""
+
     def __init__(self, step: StagedStep, args, compiler_options):
         self.step, self.args, self.options = step, args, compiler_options
+
+    def __call__(self, *args):
+        return self.step(*args)
 
     def memory_analysis(self) -> SequenceMemory:
         """Walks the sequence with shapes only, compiling each program."""

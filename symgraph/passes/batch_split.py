@@ -53,6 +53,8 @@ def _refusal(n: Node) -> str | None:
     it, or None when it can."""
     if not n.op.per_sample(n.params):
         return f"{n.op.name} does not treat samples apart (OpDef.per_sample)"
+    if n.op.needs_rng:
+        return "it draws random numbers keyed by its node's name (a copy would draw others)"
     if n.op.aux_names(n.params):
         return "it has auxiliary states"
     return None
@@ -157,7 +159,7 @@ def split_batch(graph: Graph, prefix: int, shares: Sequence[int],
 
     def joined_of(e: Entry) -> Entry:
         key = (id(e.node), e.index)
-        if key not in sliced:
+        if key not in sliced or id(e.node) in batch_vars:  # the data itself: whole
             return whole(e)
         if key not in joined:
             base = e.node.name if not e.index else f"{e.node.name}_output{e.index}"

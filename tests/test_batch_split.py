@@ -82,6 +82,24 @@ def test_rewrite_slices_copies_and_joins():
     assert split_batch(g, 0, [3, 5], ["data"]).graph is g
 
 
+def test_a_larger_batch_still_computes_every_sample():
+    """The shares are fixed in the graph; the last slice runs to the end (a
+    batch the other slices leave nothing of is refused)."""
+    bs = split_batch(_net().graph(), 5, [3, 5], ["data"], SHAPES)
+    shapes = {"data": (12, 2, 8, 8), "softmax_label": (12,)}
+    rng = np.random.default_rng(0)
+    outs = []
+    for net in (_net(), sg.sym.Symbol(bs.graph.outputs)):
+        ex = net.simple_bind(sg.cpu(0), type_dict={k: "float64" for k in shapes}, **shapes)
+        rng = np.random.default_rng(0)
+        for k in sorted(ex.arg_dict):
+            ex.arg_dict[k][:] = rng.standard_normal(ex.arg_dict[k].shape)
+        outs.append(ex.forward(is_train=False)[0].asnumpy())
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-12)
+    with pytest.raises(sg.SymgraphError, match="empty or out of range"):
+        sg.plan(bs.graph, {"data": (3, 2, 8, 8), "softmax_label": (3,)})
+
+
 def test_a_later_reader_of_the_data_reads_it_whole():
     x = sg.sym.Variable("data")
     c = sg.sym.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=2, name="c")

@@ -13,6 +13,10 @@ and each prefix output that a later op reads is joined again with a
 ``Concat`` on axis 0, samples in their original order. The rest of the
 graph is unchanged. A copy of a node keeps its attributes; slice ``d``'s
 copy of node ``x`` is named ``x`` for ``d = 0`` and ``x_part<d>`` after.
+The shares are fixed in the graph (``slice_axis`` begin and end); the last
+slice runs to the end of the batch, so at another batch every sample is
+still computed (the last device takes what the others leave) and a batch
+that leaves it nothing is refused by shape inference.
 
 It is exact only where every split op treats samples apart: the op fact
 ``OpDef.per_sample`` (Convolution, Pooling, Activation, elementwise,
@@ -147,8 +151,11 @@ def split_batch(graph: Graph, prefix: int, shares: Sequence[int],
             parts = []
             for i in range(len(shares)):
                 name = fresh(f"{e.node.name}_slice{i}")
+                # the last slice runs to the end: at a larger batch the net still
+                # computes every sample (the last device takes the rest)
+                end = bounds[i + 1] if i + 1 < len(shares) else None
                 node = Node(get_op("slice_axis"), name,
-                            {"axis": 0, "begin": bounds[i], "end": bounds[i + 1]}, [e])
+                            {"axis": 0, "begin": bounds[i], "end": end}, [e])
                 out.part[name] = i
                 out.slices.append(name)
                 parts.append(Entry(node, 0))

@@ -40,9 +40,10 @@ from .infer import infer_shapes
 
 @dataclass(eq=False)
 class BatchSplit:
-    """The rewritten ``graph``; ``part[name]``: the slice each node copied
-    for a slice runs (slices and copies), ``concats``: the joining nodes'
-    names, ``shared``: prefix ops run once (no batch input)."""
+    """The rewritten ``graph``; ``part[name]``: the slice of the batch a
+    node works on (the slicing nodes and the prefix ops' copies);
+    ``slices``, ``concats``: the names of the slicing and joining nodes;
+    ``shared``: prefix ops that read no batch, run once."""
 
     graph: Graph
     shares: list

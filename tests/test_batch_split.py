@@ -59,6 +59,10 @@ def test_prefix_stops_where_samples_meet():
     g = _net(dropout=True).graph()
     k, why = batch_prefix(g, ["data"])
     assert _ops(g)[k] == "drop" and "Dropout" in why
+    # the search never splits past it either
+    sp = split(_net(bn=True), SHAPES, 2)[1]
+    assert sp.batch is None or sp.batch["ops"] <= 1
+    assert not any(name.startswith("bn1_part") for name in sp.groups)
     with pytest.raises(GraphError, match="needs a sample"):
         split_batch(_net().graph(), 2, [8, 0], ["data"])
 

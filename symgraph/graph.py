@@ -78,6 +78,16 @@ class Entry(NamedTuple):
         return f"%{self.node.name}" + (f":{self.index}" if self.index else "")
 
 
+def unique_name(base: str, taken: set) -> str:
+    """``base``, or ``base1``, ``base2``, ... -- the first not in ``taken``,
+    which then holds it: how passes name the nodes they add."""
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}{k}", k + 1
+    taken.add(name)
+    return name
+
+
 def entry_key(e: Entry) -> str:
     """How programs feed and return an inner entry by name: ``node:index``."""
     return f"{e.node.name}:{e.index}"

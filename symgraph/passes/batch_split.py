@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..errors import GraphError
-from ..graph import Entry, Graph, Node
+from ..graph import Entry, Graph, Node, unique_name
 from ..ops.registry import get_op
 from .infer import infer_shapes
 
@@ -130,11 +130,7 @@ def split_batch(graph: Graph, prefix: int, shares: Sequence[int],
         return out
 
     def fresh(base: str) -> str:
-        name, k = base, 1
-        while name in names:
-            name, k = f"{base}{k}", k + 1
-        names.add(name)
-        return name
+        return unique_name(base, names)
 
     # (id(node), index) -> [entry of slice d] for entries that carry the batch
     sliced: dict[tuple, list] = {}

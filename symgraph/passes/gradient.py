@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import GraphError
-from ..graph import Entry, Graph, Node, entry_key
+from ..graph import Entry, Graph, Node, entry_key, unique_name
 from ..ops.registry import get_op
 
 
@@ -38,11 +38,7 @@ class GradBuilder:
         self.origin = {} if origin is None else origin
 
     def unique(self, base: str) -> str:
-        name, k = base, 1
-        while name in self._taken:
-            name, k = f"{base}{k}", k + 1
-        self._taken.add(name)
-        return name
+        return unique_name(base, self._taken)
 
     def op(self, opname: str, inputs: Sequence[Entry], attrs: dict | None = None,
            suffix: str = "backward", base: str | None = None) -> list[Entry]:

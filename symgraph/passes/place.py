@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import ContextError
-from ..graph import Entry, Graph, Node
+from ..graph import Entry, Graph, Node, unique_name
 from ..ops.registry import get_op
 
 GROUP_KEY = "__ctx_group__"
@@ -168,10 +168,7 @@ def _insert_copies(graph: Graph, devices: list, dev: dict, by_name: dict) -> Pla
         c = copies.get(key)
         if c is None:
             base = f"{e.node.name}{'_' + str(e.index) if e.index else ''}_copy_to_dev{d}"
-            name, k = base, 1
-            while name in taken:
-                name, k = f"{base}{k}", k + 1
-            taken.add(name)
+            name = unique_name(base, taken)
             node = Node(copy_op, name, {}, [entry(e)])
             out_dev[name] = d
             copy_names.append(name)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..errors import PlanError
-from ..graph import Entry, Graph, Node, topo_order
+from ..graph import Entry, Graph, Node, topo_order, unique_name
 
 RECOMPUTE_ATTR = "__recompute_of__"
 RECOMPUTE_SUFFIX = "_recompute"
@@ -75,11 +75,7 @@ def rewrite(full: Graph, num_forward_outputs: int, names: Iterable[str]) -> Grap
     taken = {n.name for n in full.nodes}
 
     def unique(base: str) -> str:
-        name, k = base, 1
-        while name in taken:
-            name, k = f"{base}{k}", k + 1
-        taken.add(name)
-        return name
+        return unique_name(base, taken)
 
     clone: dict[int, Node] = {}
     for n in fwd:  # topological: a clone's recomputed inputs are cloned first

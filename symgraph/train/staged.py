@@ -178,20 +178,19 @@ class StagedStep:
             kept, dying = self._plan_args(i, held)
             a = (params, aux, fixed, batch, kept, dying, t, rkey, scale)
             rets, fwd, g, u = self._compiled(i, a)(*a)
-            del a
-            del kept, dying
+            del a, kept, dying  # the dying tensors go with the program's last reference
             held.update(rets)
             outputs.update(fwd)
             grads.update(g)
             upd.update(u)
-        grads = self._grads_by_name(grads, params)
+        grads = self._grads_by_name(grads)
         a = (params, states, aux, grads, upd, lr, t)
         new_p, new_s, new_aux = self._compiled("update", a)(*a)
         outs = [outputs[j] if j in outputs else self._passed(j, params, fixed, aux, batch)
                 for j in range(self.n_out)]
         return new_p, new_s, new_aux, outs
 
-    def _grads_by_name(self, grads: dict, params: dict) -> dict:
+    def _grads_by_name(self, grads: dict) -> dict:
         out = {}
         for j, name in enumerate(self.grad_names):
             g = grads.get(self.n_out + j)
@@ -264,7 +263,7 @@ class _StagedCompiled:
             outputs.update(fwd)
             grads.update(g)
             upd.update(u)
-        g = step._grads_by_name(grads, params)
+        g = step._grads_by_name(grads)
         a = (params, states, aux, g, upd, lr, t)
         m = step._compiled("update", a, self.options).memory_analysis()
         now = resident + hand_on() + m.output_size_in_bytes - m.alias_size_in_bytes + \

@@ -12,8 +12,10 @@ and fraction, ``sg.plan(..., budget=, recompute=ALG)`` picks the recompute
 set (or says nothing fits); the program ``Module.fit`` runs with that set
 is compiled (not run) and XLA's footprint read from ``memory_analysis()``
 (temp + argument + output - alias). Step times come from running the same
-programs at ``--time-batch`` (default: ``--batch``), interleaved in rounds
-in one process, best round kept, as ratios to the step without recompute.
+programs at ``--time-batch`` (default: ``--batch``; the program the
+Module picked at ``--batch``), each raced in turn with the step without
+recompute in one process, best round kept, as ratios to that step. One
+set is compiled, measured and timed at a time, then let go.
 
 Beside them, in the same run: the hand-written plain-JAX net
 (``bench/handwritten.py``; VGG-16, ResNet-50, ResNet-152) with
@@ -167,27 +169,41 @@ def _feed_handwritten(args, out):  # (loss, params, mom, state) for donated (0, 
     return [out[1], out[2], out[3], *args[3:]]
 
 
-def symgraph_step(net, shapes, names):
-    """The Module's training step for ``net`` with ``names`` recomputed."""
+def symgraph_step(net, shapes, names, segments="auto"):
+    """The Module's training step for ``net`` with ``names`` recomputed
+    (``segments`` as ``xla.training_step`` takes it)."""
     from .. import xla
     from ..memory import plan
     p = plan(net, shapes, train=True, verify=False)
-    return xla.training_step(p, recompute=list(names))
+    return xla.training_step(p, recompute=list(names), segments=segments)
+
+
+def race(runners: list, rounds: int, steps: int) -> list:
+    """Seconds per step of each runner, best of ``rounds`` rounds run in
+    turn, so the machine's drift hits every program alike."""
+    best = [None] * len(runners)
+    for _ in range(rounds):
+        for i, r in enumerate(runners):
+            dt = r.run(steps) / steps
+            best[i] = dt if best[i] is None else min(best[i], dt)
+    return best
+
+
+def _free():
+    """Let go of a set's compiled programs and arguments before the next
+    (ResNet-152 at batch 32 holds about 1 GB per set)."""
+    import gc
+    gc.collect()
 
 
 # -- one net ----------------------------------------------------------------------
-def measure_net(name: str, args, bar=None) -> dict:
+def _recompute_sets(net, shapes, args, row) -> dict:
+    """The budget points of every algorithm and fraction (``row['points']``)
+    and the distinct recompute sets they choose, the empty one first."""
     import symgraph as sg
     from ..memory.budget import BudgetError
-    net = sg.models.get_model(name)
-    shapes = _shapes(name, args.batch, args.image)
-    base = sg.plan(net, shapes, train=True)
-    internal0 = base.internal["arena"]
-    rest = base.total - internal0
-    row = {"net": name, "batch": args.batch, "shapes": {k: list(v) for k, v in shapes.items()},
-           "internal0": internal0, "rest": rest, "points": [], "checkpoint": []}
-    sets: dict[tuple, dict] = {(): {"names": [], "plan_total": base.total, "extra_flops": 0,
-                                    "step_flops": None}}
+    internal0, rest = row["internal0"], row["rest"]
+    sets: dict[tuple, dict] = {(): {"names": []}}
     for alg in args.algorithms:
         for f in args.fractions:
             budget = int(rest + f * internal0)
@@ -200,66 +216,113 @@ def measure_net(name: str, args, bar=None) -> dict:
                                       "plan_s": round(time.perf_counter() - t, 3)})
                 continue
             names = tuple(sorted(r["name"] for r in p.recompute))
-            sets.setdefault(names, {"names": list(names), "plan_total": p.total,
-                                    "extra_flops": p.extra_flops, "step_flops": p.step_flops})
+            sets.setdefault(names, {"names": list(names)})
             row["points"].append({"algorithm": alg, "fraction": f, "budget": budget,
                                   "fits": True, "set": names, "plan_total": p.total,
                                   "internal": p.internal["arena"], "recomputed": len(names),
                                   "extra_flops_share": p.extra_flops / max(p.step_flops, 1),
                                   "plan_s": round(time.perf_counter() - t, 3)})
-    if bar is not None:
-        bar.set_postfix_str(f"{name}: compiling {len(sets)} programs")
-    runners = {}
-    for names, info in sets.items():
+    return sets
+
+
+def _time_step(name, net, names, program, args, step):
+    """A Runner of the step ``names`` recomputed at ``--time-batch``: ``step``
+    itself at the same batch, else the same program (fused or staged)
+    compiled at the timing batch."""
+    if args.time_batch == args.batch:
+        return Runner(step, _feed_module)
+    segments = True if program == "staged" else None
+    return Runner(symgraph_step(net, _shapes(name, args.time_batch, args.image), names,
+                                segments), _feed_module)
+
+
+def measure_net(name: str, args, bar=None) -> dict:
+    """One net's row. Each recompute set is compiled, measured, timed
+    against the step without recompute (kept for the whole net) and let go
+    before the next, so memory holds two steps at a time, not all."""
+    import symgraph as sg
+    net = sg.models.get_model(name)
+    shapes = _shapes(name, args.batch, args.image)
+    base = sg.plan(net, shapes, train=True)
+    row = {"net": name, "batch": args.batch, "shapes": {k: list(v) for k, v in shapes.items()},
+           "internal0": base.internal["arena"], "rest": base.total - base.internal["arena"],
+           "points": [], "checkpoint": []}
+    sets = _recompute_sets(net, shapes, args, row)
+    timed = not args.no_time
+    t0 = None  # the step without recompute: best of every race it ran in
+    base_runner = None
+    for i, (names, info) in enumerate(sets.items()):
+        if bar is not None:
+            bar.set_postfix_str(f"{name}: program {i + 1} of {len(sets)}")
         step = symgraph_step(net, shapes, names)
         info.update(_footprint(step))
         # a budgeted Module runs the fused or the staged step, whichever holds less
         info["program"] = step.fn.choose(step.args)[0] if hasattr(step.fn, "choose") \
             else "fused"
-        if not args.no_time:
-            tshapes = _shapes(name, args.time_batch, args.image)
-            if args.time_batch != args.batch:  # else the same programs, compiled once
-                step = symgraph_step(net, tshapes, names)
-            runners[("symgraph", names)] = Runner(step, _feed_module)
-    hw = None
+        if timed and not names:
+            base_runner = _time_step(name, net, names, info["program"], args, step)
+            t0 = info["step_s"] = race([base_runner], args.rounds, args.steps)[0]
+        elif timed:
+            runner = _time_step(name, net, names, info["program"], args, step)
+            dt, db = race([runner, base_runner], args.rounds, args.steps)
+            info["step_s"], info["step_ratio"] = dt, dt / db
+            t0 = min(t0, db)
+            del runner
+        del step
+        _free()
     if not args.no_checkpoint:
-        from . import handwritten as hwmod
-        if name in hwmod.NETS:
-            hw = {}
-            size = shapes["data"][-1]
-            for policy in (None, *hwmod.REMAT_POLICIES):
-                step = hwmod.step(name, args.batch, size, scheduler=True, remat=policy)
-                hw[policy or "none"] = _footprint(step)
-                if not args.no_time:
-                    tstep = hwmod.step(name, args.time_batch, size, scheduler=True,
-                                       remat=policy)
-                    runners[("jax", policy or "none")] = Runner(tstep, _feed_handwritten)
-    times = {}
-    for _ in range(args.rounds):  # interleaved: the machine's drift hits every program alike
-        for k, r in runners.items():
-            dt = r.run(args.steps) / args.steps
-            times[k] = min(times.get(k, dt), dt)
-    t0 = times.get(("symgraph", ()))
+        row["checkpoint"], seen = _checkpoint_rows(name, shapes, args, base_runner)
+        t0 = min([t0, *seen]) if timed else None
+    del base_runner
+    _free()
     for p in row["points"]:
         if p["fits"]:
             info = sets[p.pop("set")]
             p["xla_footprint"] = info["footprint"]
             p["xla_temp"] = info["temp"]
             p["program"] = info["program"]
-            dt = times.get(("symgraph", tuple(info["names"])))
-            p["step_s"] = dt
-            p["step_ratio"] = dt / t0 if dt and t0 else None
+            p["step_s"] = info.get("step_s")
+            p["step_ratio"] = 1.0 if timed and not info["names"] else info.get("step_ratio")
     row["no_recompute"] = {"plan_total": base.total, "xla_footprint": sets[()]["footprint"],
                            "xla_temp": sets[()]["temp"], "step_s": t0}
-    if hw is not None:
-        h0 = times.get(("jax", "none"))
-        for policy, fig in hw.items():
-            dt = times.get(("jax", policy))
-            row["checkpoint"].append({"policy": policy, "xla_footprint": fig["footprint"],
-                                      "xla_temp": fig["temp"], "step_s": dt,
-                                      "step_ratio_to_plain_jax": dt / h0 if dt and h0 else None,
-                                      "step_ratio_to_symgraph": dt / t0 if dt and t0 else None})
     return row
+
+
+def _checkpoint_rows(name, shapes, args, base_runner) -> tuple:
+    """The hand-written plain-JAX net under each ``jax.checkpoint`` policy:
+    XLA's figures, and step times raced against the plain-JAX net without
+    checkpoint and symgraph's step without recompute (``base_runner``).
+    Returns the rows and the times ``base_runner`` took in those races."""
+    from . import handwritten as hwmod
+    if name not in hwmod.NETS:
+        return [], []
+    size = shapes["data"][-1]
+    rows, plain, seen = [], None, []
+    for policy in (None, *hwmod.REMAT_POLICIES):
+        step = hwmod.step(name, args.batch, size, scheduler=True, remat=policy)
+        c = {"policy": policy or "none", **{"xla_" + k: v for k, v in
+                                           _footprint(step).items()}}
+        if not args.no_time:
+            runner = Runner(step if args.time_batch == args.batch else
+                            hwmod.step(name, args.time_batch, size, scheduler=True,
+                                       remat=policy), _feed_handwritten)
+            if plain is None:
+                plain = runner
+                dt, ds = race([runner, base_runner], args.rounds, args.steps)
+                dh = dt
+            else:
+                dt, dh, ds = race([runner, plain, base_runner], args.rounds, args.steps)
+            c.update(step_s=dt, step_ratio_to_plain_jax=dt / dh,
+                     step_ratio_to_symgraph=dt / ds)
+            seen.append(ds)
+            del runner
+        else:
+            c.update(step_s=None, step_ratio_to_plain_jax=None, step_ratio_to_symgraph=None)
+        rows.append(c)
+        del step
+        _free()
+    del plain
+    return rows, seen
 
 
 def _mxnet(args, name, batch):
@@ -293,7 +356,8 @@ def markdown(res: dict) -> str:
              "output - alias), compiled at the batch shown; program: the fused step (one XLA "
              "program) or the staged one (a program per segment), whichever holds less, as a "
              "budgeted Module picks. Step: time per step against the "
-             "step without recompute, same run, interleaved.", ""]
+             "step without recompute, raced in turn with it in the same run, best of the "
+             "rounds.", ""]
     for row in res["rows"]:
         nr = row["no_recompute"]
         lines += [f"## {row['net']}, batch {row['batch']}", "",
@@ -361,27 +425,31 @@ def chart(res: dict, path: str) -> None:
     plt.close(fig)
 
 
+def write(res: dict, out: str) -> None:
+    """results.json, results.md and frontier.png under ``out``, atomically."""
+    from ..util import atomic_write_text
+    atomic_write_text(os.path.join(out, "results.json"),
+                      json.dumps(res, indent=1, default=str) + "\n")
+    atomic_write_text(os.path.join(out, "results.md"), markdown(res))
+    chart(res, os.path.join(out, "frontier.png"))
+
+
 def main(argv=None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     import jax
     from tqdm import tqdm
-
-    from ..util import atomic_write_text
     res = {"argv": " ".join(argv or []), "machine": f"{platform.machine()}, "
            f"{os.cpu_count()} cores, {jax.default_backend()}", "jax": jax.__version__,
            "date": time.strftime("%Y-%m-%d", time.gmtime()), "rows": []}
+    os.makedirs(args.out, exist_ok=True)
     with tqdm(args.nets, desc="bench recompute", unit="net", file=sys.stderr) as bar:
         for name in bar:
             row = measure_net(name, args, bar)
             row["mxnet"] = _mxnet(args, name, args.batch)
             res["rows"].append(row)
+            write(res, args.out)  # after each net: a long run keeps what it measured
     if not res["rows"]:
         raise BenchError("bench recompute: no net measured")
-    os.makedirs(args.out, exist_ok=True)
-    atomic_write_text(os.path.join(args.out, "results.json"),
-                      json.dumps(res, indent=1, default=str) + "\n")
-    atomic_write_text(os.path.join(args.out, "results.md"), markdown(res))
-    chart(res, os.path.join(args.out, "frontier.png"))
     print(markdown(res))
     print(f"wrote {args.out}/results.json, results.md and frontier.png")
     return 0

@@ -36,17 +36,40 @@ def _status(key: str) -> int:
     raise RuntimeError(f"no {key} in /proc/self/status")
 
 
-def measure_here(name: str, batch: int, mode: str, measures: tuple) -> dict:
-    """One program, in this process: XLA's figures and the run's peak RSS rise."""
+def measure_here(name: str, batch: int, mode: str, measures, fraction=None,
+                 program="fused") -> dict:
+    """One program, in this process: XLA's figures and the run's peak RSS rise.
+    ``fraction`` (training): plan under a budget of the other buckets plus
+    that fraction of the internal bytes without recompute, recomputing what
+    the solver picks; ``program``: 'fused' (one XLA program) or 'staged'
+    (a program per segment, ``xla.training_step(segments=True)``)."""
     from symgraph import xla
     from symgraph.memory import plan
     from symgraph.models import data_shapes, get_model
-    p = plan(get_model(name), data_shapes(name, batch), train=mode == "train", name=name)
-    step = (xla.training_step if p.train else xla.inference_step)(p, measures=measures)
+    net, shapes, train = get_model(name), data_shapes(name, batch), mode == "train"
+    p = plan(net, shapes, train=train, name=name)
+    if fraction is not None:
+        rest = p.total - p.internal["arena"]
+        p = plan(net, shapes, train=True, name=name,
+                 budget=int(rest + fraction * p.internal["arena"]))
+    if train:
+        step = xla.training_step(p, measures=measures,
+                                 segments=True if program == "staged" else None)
+    else:
+        step = xla.inference_step(p, measures=measures)
     r = run_once(step)
-    return {"net": name, "batch": batch, "mode": mode, "measures": xla.measures_label(measures),
-            "arena": p.internal["arena"], "xla_temp": r["analysis"]["temp"],
+    args = sum(a.size * a.dtype.itemsize for a in jax_leaves(step.args[:-1]))
+    a = r["analysis"]
+    return {"net": name, "batch": batch, "mode": mode,
+            "measures": xla.measures_label(step.info["measures"]), "fraction": fraction, "program": program, "plan_total": p.total,
+            "arena": p.internal["arena"], "xla_temp": a["temp"],
+            "xla_footprint": xla.footprint(a), "arguments": args,
             "rss_rise": r["rss_rise"], "run_seconds": r["run_seconds"]}
+
+
+def jax_leaves(tree) -> list:
+    import jax
+    return jax.tree_util.tree_leaves(tree)
 
 
 def run_once(step) -> dict:
@@ -78,11 +101,13 @@ def run_once(step) -> dict:
             "run_seconds": seconds}
 
 
-def measure(name: str, batch: int, mode: str, measures: tuple) -> dict:
+def measure(name: str, batch: int, mode: str, measures, fraction=None,
+            program="fused") -> dict:
     """``measure_here`` in a fresh process, so no run sees another's pages."""
     code = ("import json, sys; sys.path.insert(0, %r); import xla_rss; "
-            "print(json.dumps(xla_rss.measure_here(%r, %d, %r, %r)))"
-            % (os.path.dirname(os.path.abspath(__file__)), name, batch, mode, measures))
+            "print(json.dumps(xla_rss.measure_here(%r, %d, %r, %r, %r, %r)))"
+            % (os.path.dirname(os.path.abspath(__file__)), name, batch, mode, measures,
+               fraction, program))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -93,12 +118,24 @@ def markdown(rows: list, env: dict) -> str:
            f"{env['machine']}; jax {env['jax']}. MiB. *RSS rise*: how far the process's "
            "peak resident set rose above its resident set during the first run of the "
            "compiled program (inputs and parameters already resident).", "",
-           "| net | batch | mode | measures | arena | XLA temp | RSS rise | run s |",
-           "|---|--:|---|---|--:|--:|--:|--:|"]
+           "*budget*: the fraction of the internal bytes without recompute the plan was "
+           "held to; *program*: one fused XLA program or a program per segment (staged); "
+           "*XLA*: temp + argument + output - alias; *resident*: the arguments plus the "
+           "RSS rise.", "",
+           "| net | batch | mode | measures | budget | program | plan total | arena "
+           "| XLA temp | XLA | RSS rise | resident | run s |",
+           "|---|--:|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|"]
+
+    def mib(v):
+        return "-" if v is None else f"{v / MIB:,.0f}"
     for r in rows:
+        args = r.get("arguments")
         out.append(f"| {r['net']} | {r['batch']} | {r['mode']} | {r['measures']} "
-                   f"| {r['arena'] / MIB:,.0f} | {r['xla_temp'] / MIB:,.0f} "
-                   f"| {r['rss_rise'] / MIB:,.0f} | {r['run_seconds']:.2f} |")
+                   f"| {r.get('fraction') or '-'} | {r.get('program', 'fused')} "
+                   f"| {mib(r.get('plan_total'))} | {mib(r['arena'])} | {mib(r['xla_temp'])} "
+                   f"| {mib(r.get('xla_footprint'))} | {mib(r['rss_rise'])} "
+                   f"| {mib(None if args is None else args + r['rss_rise'])} "
+                   f"| {r['run_seconds']:.2f} |")
     return "\n".join(out) + "\n"
 
 
@@ -108,7 +145,15 @@ def main(argv=None) -> int:
     ap.add_argument("--nets", default="vgg16,googlenet")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--mode", choices=("infer", "train"), default="infer")
-    ap.add_argument("--measures", default="none,scheduler,channels_last+scheduler")
+    ap.add_argument("--measures", default="none,scheduler,channels_last+scheduler",
+                    help="comma-separated measure sets ('+' joins measures), 'none', or "
+                    "'auto' (what a Module picks)")
+    ap.add_argument("--fraction", type=float,
+                    help="training under a budget: the other buckets plus this fraction of "
+                    "the internal bytes without recompute (the solver picks what to recompute)")
+    ap.add_argument("--programs", default="fused",
+                    help="training: comma-separated fused (one XLA program) and/or staged "
+                    "(a program per segment)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "results", "xla_rss"))
     args = ap.parse_args(argv)
@@ -122,11 +167,17 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     from symgraph.util import atomic_open
-    sets = [tuple(m.split("+")) if m != "none" else () for m in args.measures.split(",")]
-    jobs = [(n, s) for n in args.nets.split(",") for s in sets]
+    sets = ["auto" if m == "auto" else tuple(m.split("+")) if m != "none" else ()
+            for m in args.measures.split(",")]
+    programs = args.programs.split(",") if args.mode == "train" else ["fused"]
+    if not set(programs) <= {"fused", "staged"}:
+        ap.error(f"--programs: fused and/or staged, not {args.programs!r}")
+    if args.fraction is not None and (args.mode != "train" or not 0 < args.fraction <= 1):
+        ap.error("--fraction: a number in (0, 1], with --mode train")
+    jobs = [(n, s, prog) for n in args.nets.split(",") for s in sets for prog in programs]
     rows = []
-    for name, ms in tqdm(jobs, desc="xla rss", unit="program"):
-        rows.append(measure(name, args.batch, args.mode, ms))
+    for name, ms, prog in tqdm(jobs, desc="xla rss", unit="program"):
+        rows.append(measure(name, args.batch, args.mode, ms, args.fraction, prog))
     env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "jax": jax.__version__}
     os.makedirs(args.out, exist_ok=True)

@@ -138,8 +138,8 @@ class Plan:
         predict")."""
         got = self.__dict__.get("_predicted")
         if got is None:
-            from .predict import predict
-            got = self.__dict__["_predicted"] = predict(self).total
+            from .predict import predict_program
+            got = self.__dict__["_predicted"] = predict_program(self).total
         return got
 
     @property

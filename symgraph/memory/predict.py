@@ -28,10 +28,19 @@ can predict", has the measurements behind it):
   4. in inference, a cheap group read only by one elementwise or injective
      group (or, with channels-last activations, a pooling) is fused into
      it and never stored (``_xla_fusion``).
+
+A plan that recomputes may run as the staged step (a program per segment,
+train/staged.py), whose figure is a walk over the programs
+(``predict_staged``): what the caller holds between programs is exact
+from the cut, and each program adds its outputs and its own working set.
+``predict_program`` -- what ``Plan.predicted`` reports -- takes the
+smaller of the two for such a plan, as a Module under a budget does.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from .liveness import entry_nbytes
 
 # what XLA recomputes in the backward rather than keeping (training)
 CHEAP_FAMILIES = ("activation", "elementwise")
@@ -47,9 +56,11 @@ class Prediction:
     total: int
     parts: dict
     recomputed: list = field(default_factory=list)
+    program: str = "fused"
 
     def to_json(self) -> dict:
-        return {"total": int(self.total), "parts": {k: int(v) for k, v in self.parts.items()}}
+        return {"total": int(self.total), "parts": {k: int(v) for k, v in self.parts.items()},
+                "program": self.program}
 
 
 def cheap(node) -> bool:
@@ -68,7 +79,6 @@ def _optimizer_state(plan, optimizer) -> int:
 
 
 def _forward_outputs(plan) -> int:
-    from .liveness import entry_nbytes
     g, inf = plan.graph, plan.inferred
     return sum(entry_nbytes(inf, g.entry_id(e)) for e in g.outputs[:plan.num_forward_outputs])
 
@@ -138,7 +148,7 @@ def _arena(g, inf, fusion, schedule, external) -> int:
     from ..passes.schedule import schedule as schedule_pass
     from . import arena as arena_mod
     from . import planner
-    from .liveness import analyze, entry_nbytes
+    from .liveness import analyze
     steps = schedule_pass(g, fusion, schedule, nbytes=lambda eid: entry_nbytes(inf, eid))
     live = analyze(g, inf, fusion, steps, external)
     lb, _, _ = planner.lower_bound(live)
@@ -185,7 +195,6 @@ def predicted_temp(plan) -> tuple:
     """(bytes, recomputed node names): XLA's temp as the rule predicts it."""
     from ..passes.infer import infer_shapes
     from ..passes.recompute import forward_nodes, rewrite
-    from .liveness import entry_nbytes
     g, inf = plan.graph, plan.inferred
     schedule = plan.options.get("schedule", "dfs")
     if not plan.train:
@@ -223,3 +232,125 @@ def predict(plan, optimizer=None) -> Prediction:
              # the forward outputs are planned tensors: counted once, as outputs
              "temp": max(0, temp - outputs)}
     return Prediction(total=int(sum(parts.values())), parts=parts, recomputed=names)
+
+
+def predict_program(plan, optimizer=None) -> Prediction:
+    """The prediction for the program a Module runs for ``plan``: ``predict``
+    (the fused step, inference); for a plan that recomputes, as a Module
+    under its budget picks (``train.staged.SmallerStep``), the smaller of
+    that and ``predict_staged``."""
+    fused = predict(plan, optimizer)
+    if not plan.train or not getattr(plan, "recompute", None):
+        return fused
+    staged = predict_staged(plan, optimizer)
+    return staged if staged.total < fused.total else fused
+
+
+def predict_staged(plan, optimizer=None, segments=None) -> Prediction:
+    """The predicted footprint of the staged step (``xla.training_step(plan,
+    segments=...)``, train/staged.py; True or None: the default count) for
+    a training plan: the resident arguments, aux and optimizer state plus
+    the largest of ``staged_programs``' rows."""
+    if not plan.train:
+        raise ValueError("predict_staged needs a training plan")
+    peak = max(r["held"] + r["output"] - r["alias"] + r["temp"]
+               for r in staged_programs(plan, segments))
+    outputs = _forward_outputs(plan)
+    parts = {"arguments": plan.buckets["arguments"], "aux": plan.buckets["aux"],
+             "optimizer": _optimizer_state(plan, optimizer), "outputs": outputs,
+             "temp": max(0, peak - outputs)}
+    return Prediction(total=int(sum(parts.values())), parts=parts, program="staged")
+
+
+def staged_programs(plan, segments=None) -> list:
+    """Per program of the staged step, as ``SequenceMemory.programs`` has
+    them: ``held``, the entries earlier programs handed on that this or a
+    later one reads, and the forward outputs and gradients made so far (the
+    cut makes these exact); ``output``, what it hands on and outputs;
+    ``alias``, the part of that written into handed-on entries it reads
+    last (donated to it; ``_aliased``); ``temp``, its working set
+    (``_working_set``). The update, last, holds every gradient."""
+    from ..graph import Entry, entry_key
+    from ..passes.infer import infer_shapes
+    from ..passes.stages import last_reads
+    from ..xla.steps import stage_cut
+    split, stages = stage_cut(plan, segments)
+    full, g, inf = split.full, plan.graph, plan.inferred
+    names = {n.name for n in full.variables}
+    shapes = {n.name: inf.shapes[g.entry_id_of_node(n)] for n in g.variables
+              if n.name in names}
+    dtypes = {n.name: inf.dtypes[g.entry_id_of_node(n)] for n in g.variables}
+    finf = infer_shapes(full, shapes, dtypes, partial=True)
+
+    def size(e):
+        return entry_nbytes(finf, full.entry_id(e))
+    entries = {entry_key(Entry(n, i)): Entry(n, i) for n in full.nodes if n.op is not None
+               for i in range(n.num_outputs)}
+    # the plan's fused chains: XLA computes them in one loop, storing the end
+    fused = {g.nodes[m].name for grp in plan.fusion.groups for m in grp[:-1]}
+    last = last_reads(stages)
+    handed: dict = {}  # entry key -> bytes, while a later program reads it
+    made = 0           # forward outputs and gradients so far
+    rows = []
+    for i, st in enumerate(stages):
+        made_here = [full.outputs[j] for j in st.outputs] + [entries[k] for k in st.returns]
+        outs = sum(size(full.outputs[j]) for j in st.outputs)
+        rows.append({"program": f"stage {st.index}", "held": sum(handed.values()) + made,
+                     "output": sum(size(e) for e in made_here),
+                     "alias": _aliased(made_here, [entries[k] for k in st.reads
+                                                   if last.get(k) == i], finf, full),
+                     "temp": _working_set(st, size, fused)})
+        for k in st.returns:
+            handed[k] = size(entries[k])
+        for k in [k for k in handed if last.get(k, -1) <= i]:
+            del handed[k]
+        made += outs
+    rows.append({"program": "update", "held": made, "output": 0, "alias": 0, "temp": 0})
+    return rows
+
+
+def _aliased(made: list, dying: list, inf, graph) -> int:
+    """Bytes of the entries ``made`` that XLA can write into the donated
+    ``dying`` ones: one each, of the same shape and dtype (a gradient into
+    the saved tensor of its shape)."""
+    free: dict = {}
+    for e in dying:
+        eid = graph.entry_id(e)
+        free.setdefault((inf.shapes[eid], inf.dtypes[eid]), []).append(e)
+    total = 0
+    for e in made:
+        eid = graph.entry_id(e)
+        if free.get((inf.shapes[eid], inf.dtypes[eid])):
+            free[(inf.shapes[eid], inf.dtypes[eid])].pop()
+            total += entry_nbytes(inf, eid)
+    return total
+
+
+def _working_set(stage, size, fused=frozenset()) -> int:
+    """The most bytes a stage's program holds at once in tensors it makes
+    and reads itself (not handed on, not outputs): each from its node to
+    its last reader in the stage, in the stage's topological order; the
+    outputs of nodes named in ``fused`` (inside a fused chain) are never
+    stored."""
+    from ..graph import Entry
+    own = {id(n): i for i, n in enumerate(stage.nodes)}
+    keep = {(id(e.node), e.index) for e in stage.graph.outputs}
+    last: dict = {}
+    for i, n in enumerate(stage.nodes):
+        for e in n.inputs:
+            if id(e.node) in own:
+                last[(id(e.node), e.index)] = i
+    ends: dict = {}
+    live = peak = 0
+    for i, n in enumerate(stage.nodes):
+        for j in range(n.num_outputs):
+            k = (id(n), j)
+            if k in keep or n.name in fused:
+                continue
+            b = size(Entry(n, j))
+            live += b
+            end = last.get(k, i)
+            ends[end] = ends.get(end, 0) + b
+        peak = max(peak, live)
+        live -= ends.pop(i, 0)
+    return peak

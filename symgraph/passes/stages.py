@@ -19,7 +19,7 @@ a program runs, one segment's working set.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import PlanError
 from ..graph import Entry, Graph, entry_key
@@ -32,13 +32,15 @@ class Stage:
     """One program: ``graph`` (its outputs: ``returns`` then ``outputs``),
     ``reads`` (entry keys of earlier stages' entries it is fed),
     ``returns`` (entry keys later stages read), ``outputs`` (indices into
-    the full graph's outputs it computes, forward outputs and gradients)."""
+    the full graph's outputs it computes, forward outputs and gradients),
+    ``nodes`` (the op nodes it computes, in topological order)."""
 
     index: int
     graph: Graph
     reads: list
     returns: list
     outputs: list
+    nodes: list = field(default_factory=list)
 
 
 def segment_of(fwd: list, nbytes, k: int) -> dict:
@@ -127,7 +129,8 @@ def stage_graphs(split: TrainingSplit, nbytes, k: int) -> list:
         if not rets and not idx:
             continue
         g = Graph([entries[k] for k in rets] + [full.outputs[i] for i in idx])
-        out.append(Stage(s, g, reads_of.get(s, []), rets, idx))
+        out.append(Stage(s, g, reads_of.get(s, []), rets, idx,
+                         [nd for nd in full.nodes if nd.op is not None and stage[id(nd)] == s]))
     # an output that is a variable (a gradient passed through) is fed, never computed
     return out
 

@@ -436,16 +436,14 @@ class TrainPrograms:
         self._cache[key] = prog
         return prog
 
-    def staged(self, sig, optimizer, segments=None):
-        """The training step as a sequence of programs (``train/staged.py``):
-        the forward in ``segments`` segments (default: sqrt of the forward
-        op count), each segment's backward, then the update; same
-        signature and results as ``fused``."""
+    def stage_cut(self, sig, segments=None) -> tuple:
+        """``(split, stages)``: the training split and its ``passes.stages``
+        cut into ``segments`` forward segments (default: sqrt of the forward
+        op count) and their backwards -- what ``staged`` runs and
+        ``memory.predict.predict_staged`` accounts for."""
         from ..passes.recompute import forward_nodes
         from ..passes.stages import default_segments, stage_graphs
-        from .staged import StagedStep
-        okey = self.optimizer_key(optimizer, self.trainable)
-        key = ("staged", sig, okey, segments)
+        key = ("cut", sig, segments)
         if key in self._cache:
             return self._cache[key]
         split = self._gradient(self.trainable)
@@ -462,7 +460,20 @@ class TrainPrograms:
                         np.dtype(dtype or "float32").itemsize
             return total
         k = segments or default_segments(len(forward_nodes(split.full, split.num_outputs)))
-        stages = stage_graphs(split, nbytes, k)
+        self._cache[key] = split, stage_graphs(split, nbytes, k)
+        return self._cache[key]
+
+    def staged(self, sig, optimizer, segments=None):
+        """The training step as a sequence of programs (``train/staged.py``):
+        the forward in ``segments`` segments (default: sqrt of the forward
+        op count), each segment's backward, then the update; same
+        signature and results as ``fused``."""
+        from .staged import StagedStep
+        okey = self.optimizer_key(optimizer, self.trainable)
+        key = ("staged", sig, okey, segments)
+        if key in self._cache:
+            return self._cache[key]
+        split, stages = self.stage_cut(sig, segments)
         prog = StagedStep(self, split, stages, sig, optimizer,
                           {m[0]: m[1:] for m in okey[3]})
         self._cache[key] = prog

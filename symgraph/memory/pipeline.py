@@ -136,10 +136,17 @@ class Plan:
         this plan -- XLA's temp + argument + output - alias, from the plan
         alone (``memory/predict.py``; docs/memory.md, "A footprint you can
         predict")."""
-        got = self.__dict__.get("_predicted")
+        return self.prediction.total
+
+    @property
+    def prediction(self):
+        """``predict.Prediction`` behind ``predicted``: its parts and the
+        program it is for (``fused``, or ``staged`` for a plan that
+        recomputes where that step holds less)."""
+        got = self.__dict__.get("_prediction")
         if got is None:
             from .predict import predict_program
-            got = self.__dict__["_predicted"] = predict_program(self).total
+            got = self.__dict__["_prediction"] = predict_program(self)
         return got
 
     @property

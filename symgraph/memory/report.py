@@ -25,7 +25,9 @@ without recompute (of the graph planned, in inference), ``algorithm`` the
 one that chose them (mirror, sqrt, solver, explicit, none; null without a
 budget or recompute). ``predicted`` is the footprint predicted for the
 program ``xla`` is the figure of (temp + argument + output - alias), from
-the plan alone (``Plan.predicted``, memory/predict.py).
+the plan alone (``Plan.predicted``, memory/predict.py): for a plan that
+recomputes, of the fused or the staged step, whichever is predicted to
+hold less, as a Module under the budget picks (the text report names it).
 
 A plan made with ``group2ctx`` also has ``"devices"``: one object per
 device that runs anything, ``{"device": "cpu(1)", "groups": [str], "ops":
@@ -163,6 +165,7 @@ def report_text(plan) -> str:
     fig = None if plan.xla is None or plan.xla.get("temp") is None else \
         plan.xla["argument"] + plan.xla["output"] - (plan.xla["alias"] or 0) + plan.xla["temp"]
     vs = f" ({plan.predicted / fig:.3f}x XLA's {_mib(fig)} MiB)" if fig else ""
-    lines.append(f"predicted footprint of the program (temp + argument + output - alias): "
-                 f"{_mib(plan.predicted)} MiB{vs}")
+    staged = " (staged: a program per segment)" if plan.prediction.program == "staged" else ""
+    lines.append(f"predicted footprint of the program{staged} (temp + argument + output - "
+                 f"alias): {_mib(plan.predicted)} MiB{vs}")
     return "\n".join(lines)

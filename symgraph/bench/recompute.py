@@ -346,6 +346,27 @@ def _ratio(x):
     return "-" if x is None else f"{x:.2f}x"
 
 
+def _vs_budget(p) -> str:
+    """XLA's footprint against the budget: ``under`` or ``+x% over``."""
+    f = p.get("xla_footprint")
+    if f is None:
+        return "-"
+    return "under" if f <= p["budget"] else f"+{(f / p['budget'] - 1) * 100:.1f}% over"
+
+
+def _monotone(row) -> str:
+    """Whether XLA's footprint never rises as the budget falls, per algorithm."""
+    out = []
+    for alg in dict.fromkeys(p["algorithm"] for p in row["points"]):
+        figs = [p["xla_footprint"] for p in sorted(row["points"], key=lambda p: -p["fraction"])
+                if p["algorithm"] == alg and p["fits"] and p.get("xla_footprint") is not None]
+        rises = [(a, b) for a, b in zip(figs, figs[1:]) if b > a]
+        out.append(f"{alg}: " + ("never rises" if not rises else
+                                 f"rises {len(rises)} time(s), by up to "
+                                 f"{_mib(max(b - a for a, b in rises))} MiB"))
+    return "XLA footprint as the budget falls: " + "; ".join(out) + "."
+
+
 def markdown(res: dict) -> str:
     lines = ["# Recompute to a memory budget", "",
              f"`symgraph bench recompute {res['argv']}` on {res['machine']}, {res['date']}, "
@@ -365,18 +386,20 @@ def markdown(res: dict) -> str:
                   f"{_mib(row['internal0'])}), XLA footprint {_mib(nr['xla_footprint'])} MiB "
                   f"(temp {_mib(nr['xla_temp'])}).", "",
                   "| algorithm | fraction | budget MiB | plan total MiB | XLA footprint MiB "
-                  "| XLA temp MiB | program | recomputed | extra FLOPs | step |",
-                  "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+                  "| vs budget | XLA temp MiB | program | recomputed | extra FLOPs | step |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
         for p in row["points"]:
             if not p["fits"]:
                 lines.append(f"| {p['algorithm']} | {p['fraction']:.2f} | {_mib(p['budget'])} "
-                             f"| does not fit (smallest {_mib(p['smallest'])}) | | | | | | |")
+                             f"| does not fit (smallest {_mib(p['smallest'])}) | | | | | | | |")
                 continue
             lines.append(f"| {p['algorithm']} | {p['fraction']:.2f} | {_mib(p['budget'])} | "
                          f"{_mib(p['plan_total'])} | {_mib(p['xla_footprint'])} | "
+                         f"{_vs_budget(p)} | "
                          f"{_mib(p['xla_temp'])} | {p.get('program', 'fused')} | "
                          f"{p['recomputed']} | "
                          f"{p['extra_flops_share'] * 100:.1f}% | {_ratio(p['step_ratio'])} |")
+        lines += ["", _monotone(row)]
         if row["checkpoint"]:
             lines += ["", "Hand-written plain-JAX net, jax.checkpoint per block:", "",
                       "| policy | XLA footprint MiB | XLA temp MiB | step vs plain JAX "

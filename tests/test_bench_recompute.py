@@ -1,0 +1,36 @@
+"""``symgraph bench recompute``'s reading of its own figures: over or under
+the budget, whether the footprint rises as the budget falls, and the race
+that times two programs in turn."""
+from symgraph.bench import recompute as rc
+
+
+def point(alg, fraction, footprint, budget=100, fits=True):
+    return {"algorithm": alg, "fraction": fraction, "budget": budget, "fits": fits,
+            "xla_footprint": footprint}
+
+
+def test_vs_budget_says_under_or_by_how_much_over():
+    assert rc._vs_budget(point("solver", 0.5, 100)) == "under"
+    assert rc._vs_budget(point("solver", 0.5, 112)) == "+12.0% over"
+    assert rc._vs_budget(point("solver", 0.5, None)) == "-"
+
+
+def test_monotone_finds_a_footprint_that_rises_as_the_budget_falls():
+    falls = {"points": [point("solver", 1.0, 90 * 2**20), point("solver", 0.5, 60 * 2**20),
+                        point("solver", 0.25, 40 * 2**20)]}
+    assert rc._monotone(falls).endswith("solver: never rises.")
+    rises = {"points": [point("sqrt", 0.25, 70 * 2**20), point("sqrt", 1.0, 90 * 2**20),
+                        point("sqrt", 0.5, 60 * 2**20),
+                        point("sqrt", 0.35, 0, fits=False)]}
+    assert "sqrt: rises 1 time(s), by up to 10 MiB" in rc._monotone(rises)
+
+
+def test_race_keeps_each_runners_best_round():
+    class Fake:
+        def __init__(self, times):
+            self.times = list(times)
+
+        def run(self, steps):
+            return self.times.pop(0) * steps
+    a, b = Fake([3.0, 1.0, 2.0]), Fake([5.0, 6.0, 4.0])
+    assert rc.race([a, b], rounds=3, steps=2) == [1.0, 4.0]

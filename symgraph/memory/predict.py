@@ -157,7 +157,14 @@ def _arena(g, inf, fusion, schedule, external) -> int:
 
 
 def _workspace(plan) -> list:
-    """Bytes XLA holds inside each step beyond the plan's tensors: the
+    """Bytes XLA holds inside each step of the plan beyond its tensors
+    (``_node_workspace`` of the step's nodes)."""
+    g, inf = plan.graph, plan.inferred
+    return [sum(_node_workspace(g.nodes[nid], inf) for nid in step) for step in plan.steps]
+
+
+def _node_workspace(n, inf) -> int:
+    """Bytes XLA holds while ``n`` runs beyond its inputs and outputs: the
     backward of a stride-1 max pooling (the 3x3 pools of Inception blocks)
     materialises one padded partial gradient per window offset
     (``ops/nn.py``'s phase sum, which XLA fuses into one loop for strided
@@ -166,24 +173,15 @@ def _workspace(plan) -> list:
     import math
 
     from ..ops.nn import _pool_geometry
-    g, inf = plan.graph, plan.inferred
-    out = []
-    for step in plan.steps:
-        w = 0
-        for nid in step:
-            n = g.nodes[nid]
-            if (n.op is None or n.op.name != "_backward_Pooling"
-                    or n.params.pool_type != "max" or n.params.global_pool):
-                continue
-            x = max((inf.shape(e) for e in n.inputs), key=math.prod)  # the pooled input
-            kernel, stride, pad, _, extra = _pool_geometry(n.params, x)
-            if any(v != 1 for v in stride):
-                continue
-            padded = math.prod(x[:2]) * math.prod(a + 2 * q + e for a, q, e
-                                                  in zip(x[2:], pad, extra))
-            w += math.prod(kernel) * padded * _itemsize(inf.dtype(n.inputs[0]))
-        out.append(w)
-    return out
+    if (n.op is None or n.op.name != "_backward_Pooling"
+            or n.params.pool_type != "max" or n.params.global_pool):
+        return 0
+    x = max((inf.shape(e) for e in n.inputs), key=math.prod)  # the pooled input
+    kernel, stride, pad, _, extra = _pool_geometry(n.params, x)
+    if any(v != 1 for v in stride):
+        return 0
+    padded = math.prod(x[:2]) * math.prod(a + 2 * q + e for a, q, e in zip(x[2:], pad, extra))
+    return math.prod(kernel) * padded * _itemsize(inf.dtype(n.inputs[0]))
 
 
 def _itemsize(dtype) -> int:
@@ -299,7 +297,8 @@ def staged_programs(plan, segments=None) -> list:
                      "output": sum(size(e) for e in made_here),
                      "alias": _aliased(made_here, [entries[k] for k in st.reads
                                                    if last.get(k) == i], finf, full),
-                     "temp": _working_set(st, size, fused)})
+                     "temp": _working_set(st, size, fused,
+                                          lambda n: _node_workspace(n, finf))})
         for k in st.returns:
             handed[k] = size(entries[k])
         for k in [k for k in handed if last.get(k, -1) <= i]:
@@ -326,12 +325,12 @@ def _aliased(made: list, dying: list, inf, graph) -> int:
     return total
 
 
-def _working_set(stage, size, fused=frozenset()) -> int:
+def _working_set(stage, size, fused=frozenset(), workspace=lambda n: 0) -> int:
     """The most bytes a stage's program holds at once in tensors it makes
     and reads itself (not handed on, not outputs): each from its node to
     its last reader in the stage, in the stage's topological order; the
     outputs of nodes named in ``fused`` (inside a fused chain) are never
-    stored."""
+    stored; ``workspace(node)``: what XLA holds while the node runs."""
     from ..graph import Entry
     own = {id(n): i for i, n in enumerate(stage.nodes)}
     keep = {(id(e.node), e.index) for e in stage.graph.outputs}
@@ -351,6 +350,6 @@ def _working_set(stage, size, fused=frozenset()) -> int:
             live += b
             end = last.get(k, i)
             ends[end] = ends.get(end, 0) + b
-        peak = max(peak, live)
+        peak = max(peak, live + workspace(n))
         live -= ends.pop(i, 0)
     return peak

@@ -226,6 +226,50 @@ def test_module_takes_a_budget_as_text_and_recompute_by_name():
     assert [r["name"] for r in mod.budget_plan.recompute] == ["r1", "c2"]
 
 
+def _holding_more(extra: int, calls: list):
+    """``Module.compiled_memory`` as if XLA's step held the plan's total and
+    ``extra`` bytes more (nothing compiled)."""
+    def compiled_memory(self):
+        calls.append(self.budget_plan.total)
+        return {"temp": extra, "argument": self.budget_plan.total, "output": 0, "alias": 0}
+    return compiled_memory
+
+
+def test_a_module_plans_again_when_its_compiled_step_holds_more_than_the_budget(
+        monkeypatch, caplog):
+    """The budget bounds the program that runs: where XLA's step holds more
+    than the budget, init_optimizer plans again to the plan's total less the
+    excess; where no plan gets there it says so."""
+    net = conv_net()
+    descs = ([sg.io.DataDesc("data", FIT_SHAPES["data"], "float64")],
+             [sg.io.DataDesc("softmax_label", (8,), "float64")])
+    budget = no_recompute_total(net)  # the plan fits without recompute
+    calls: list = []
+    monkeypatch.setattr(sg.mod.Module, "compiled_memory",
+                        _holding_more(int(0.1 * budget), calls))
+    mod = sg.mod.Module(net, memory_budget=budget)
+    mod.bind(*descs)
+    mod.init_params(sg.init.Xavier(), seed=0)
+    assert mod.budget_plan.recompute == []
+    with caplog.at_level("WARNING"):
+        mod.init_optimizer(optimizer="sgd", optimizer_params={"momentum": 0.9})
+    p = mod.budget_plan
+    assert calls == [budget, p.total]
+    assert p.recompute and p.total + int(0.1 * budget) <= budget
+    assert mod._programs.recompute == tuple(r["name"] for r in p.recompute)
+    assert "memory_budget" not in caplog.text
+
+    calls.clear()
+    monkeypatch.setattr(sg.mod.Module, "compiled_memory", _holding_more(budget, calls))
+    mod = sg.mod.Module(net, memory_budget=budget)
+    mod.bind(*descs)
+    mod.init_params(sg.init.Xavier(), seed=0)
+    with caplog.at_level("WARNING"):
+        mod.init_optimizer(optimizer="sgd", optimizer_params={"momentum": 0.9})
+    assert len(calls) == 1  # the excess is more than any plan can give up
+    assert "the step XLA compiled holds" in caplog.text
+
+
 @pytest.mark.parametrize("budget", ["6 apples", "-1", "abc", 0])
 def test_module_refuses_a_malformed_budget_at_once(budget):
     with pytest.raises(BudgetError, match="budget") as info:

@@ -57,6 +57,10 @@ from .loops import Loops, _as_list, _refuse_given
 from .step import LOSS_SCALE_STATE, DynamicLossScale, TrainPrograms, batch_signature, \
     loss_scaling
 
+# how many times a Module under a budget plans again when the program XLA
+# compiled holds more than the budget (Module._fit_program_to_budget)
+PROGRAM_FIT_ROUNDS = 2
+
 
 def states_path(prefix: str, epoch: int) -> str:
     return f"{prefix}-{int(epoch):04d}.states"
@@ -89,8 +93,11 @@ class Module(Loops):
     it (``sg.plan(..., budget=)``, the optimizer's state counted once it is
     known) and the programs recompute in the backward the forward nodes the
     plan names, the step one program or a program per segment of it
-    (``TrainPrograms.staged``), whichever XLA's figures say holds less;
-    results are
+    (``TrainPrograms.staged``), whichever XLA's figures say holds less.
+    The budget bounds that program: ``init_optimizer`` compiles it (``fit``
+    reuses it) and, where XLA's footprint is over the budget, plans again
+    to the plan's total less the excess (at most ``PROGRAM_FIT_ROUNDS``
+    times), warning if it stays over. Results are
     those of the unbudgeted step. A budget that no
     plan fits raises ``BudgetError`` there. ``recompute``: the recompute
     set or algorithm ('mirror', 'sqrt', 'solver', or forward node names),
@@ -478,6 +485,8 @@ class Module(Loops):
         if self._preload_opt_states is not None:
             self.load_optimizer_states(self._preload_opt_states)
             self._preload_opt_states = None
+        if self._memory_budget is not None and self._budget_plan is not None:
+            self._fit_program_to_budget()
 
     @property
     def optimizer(self):
@@ -812,13 +821,46 @@ class Module(Loops):
         if not hasattr(self._programs, "set_recompute"):
             raise TrainError("memory_budget/recompute: not supported with these programs "
                              "(group2ctxs)")
-        p = self.plan_memory(budget=self._memory_budget,
-                             optimizer=self._budget_optimizer(),
-                             recompute=self._recompute_spec)
+        self._follow(self.plan_memory(budget=self._memory_budget,
+                                      optimizer=self._budget_optimizer(),
+                                      recompute=self._recompute_spec))
+        if self._memory_budget is not None and self.optimizer_initialized:
+            self._fit_program_to_budget()
+
+    def _follow(self, p) -> None:
+        """Has the training programs recompute what plan ``p`` recomputes."""
         self._budget_plan = p
         self._programs.set_recompute([r["name"] for r in p.recompute])
         # one program, or one per segment where XLA holds less so (train/staged.py)
         self._programs.segments = "auto" if p.recompute else None
+
+    def _fit_program_to_budget(self) -> None:
+        """The budget bounds the program that runs, not only the plan: XLA's
+        program may hold more than its plan (layout copies, its own order).
+        Compiles the step ``fit`` will run (compiled once: ``fit`` reuses it)
+        and, while XLA's footprint is over the budget, plans again to the
+        plan's total less the excess, at most ``PROGRAM_FIT_ROUNDS`` times;
+        then warns if it is still over."""
+        from .. import xla
+        from ..memory.budget import BudgetError, fmt_bytes
+        budget = self._memory_budget
+        for round_ in range(PROGRAM_FIT_ROUNDS + 1):
+            held = xla.footprint(self.compiled_memory())
+            if held <= budget:
+                return
+            # XLA holds the plan and some more: a plan smaller by the excess
+            target = self._budget_plan.total - (held - budget)
+            if round_ == PROGRAM_FIT_ROUNDS or target <= 0:
+                break
+            try:
+                p = self.plan_memory(budget=target, optimizer=self._budget_optimizer(),
+                                     recompute=self._recompute_spec)
+            except BudgetError:
+                break
+            self._follow(p)
+        self.logger.warning("memory_budget %s: the step XLA compiled holds %s (its plan %s)",
+                            fmt_bytes(budget), fmt_bytes(held),
+                            fmt_bytes(self._budget_plan.total))
 
     def _budget_optimizer(self):
         """The optimizer as ``sg.plan(optimizer=)`` counts its state: by the

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..errors import PlanError
 from ..graph import Graph
 from ..passes.fuse import Fusion, fuse as fuse_pass, no_fusion
-from ..passes.gradient import build_gradient_with_heads
+from ..passes.gradient import build_gradient_with_heads, default_wrt
 from ..passes.infer import Inferred, check_shapes, infer_shapes
 from ..passes.prune import prune
 from ..passes.recompute import RECOMPUTE_ATTR, is_recompute
@@ -38,23 +38,6 @@ def as_graph(net) -> Graph:
     if outputs is None:
         raise PlanError(f"plan takes a Symbol or a Graph, got {type(net).__name__}")
     return Graph(outputs)
-
-
-def default_wrt(graph: Graph, data_names=None, label_names=None) -> list:
-    """The parameters: arguments other than the data and the labels
-    (default: 'data' and names ending in 'label')."""
-    data = {"data"} if data_names is None else set(data_names)
-    out = []
-    for name in graph.list_arguments():
-        if name in data:
-            continue
-        if label_names is None:
-            if name.endswith("label"):
-                continue
-        elif name in label_names:
-            continue
-        out.append(name)
-    return out
 
 
 @dataclass(eq=False)

@@ -268,17 +268,25 @@ def staged_programs(plan, segments=None) -> list:
     ``alias``, the part of that written into handed-on entries it reads
     last (donated to it; ``_aliased``); ``temp``, its working set
     (``_working_set``). The update, last, holds every gradient."""
-    from ..graph import Entry, entry_key
+    from ..graph import Entry, Graph, entry_key
+    from ..passes.gradient import HEAD_GRAD_SUFFIX, TrainingSplit, default_wrt
     from ..passes.infer import infer_shapes
-    from ..passes.stages import last_reads
-    from ..xla.steps import stage_cut
-    split, stages = stage_cut(plan, segments)
-    full, g, inf = split.full, plan.graph, plan.inferred
-    names = {n.name for n in full.variables}
-    shapes = {n.name: inf.shapes[g.entry_id_of_node(n)] for n in g.variables
-              if n.name in names}
+    from ..passes.stages import cut, last_reads
+    g, inf = plan.graph, plan.inferred
+    # the split the Module's programs make (xla.training_step's): the plan's
+    # forward graph, its parameters, its recompute set
+    fwd = Graph(g.outputs[:plan.num_forward_outputs])
+    wrt = [n for n in default_wrt(fwd) if not n.endswith(HEAD_GRAD_SUFFIX)]
+    split = TrainingSplit(fwd, wrt, [r["name"] if isinstance(r, dict) else r
+                                     for r in getattr(plan, "recompute", None) or ()])
+    shapes = {n.name: inf.shapes[g.entry_id_of_node(n)] for n in g.variables}
     dtypes = {n.name: inf.dtypes[g.entry_id_of_node(n)] for n in g.variables}
-    finf = infer_shapes(full, shapes, dtypes, partial=True)
+    full = split.full
+    stages = cut(split, {n.name: shapes[n.name] for n in fwd.variables if n.name not in wrt},
+                 None if segments is True else segments)
+    names = {n.name for n in full.variables}
+    finf = infer_shapes(full, {k: v for k, v in shapes.items() if k in names}, dtypes,
+                        partial=True)
 
     def size(e):
         return entry_nbytes(finf, full.entry_id(e))

@@ -24,6 +24,23 @@ from ..graph import Entry, Graph, Node, entry_key, unique_name
 from ..ops.registry import get_op
 
 
+def default_wrt(graph: Graph, data_names=None, label_names=None) -> list:
+    """The parameters: arguments other than the data and the labels
+    (default: 'data' and names ending in 'label')."""
+    data = {"data"} if data_names is None else set(data_names)
+    out = []
+    for name in graph.list_arguments():
+        if name in data:
+            continue
+        if label_names is None:
+            if name.endswith("label"):
+                continue
+        elif name in label_names:
+            continue
+        out.append(name)
+    return out
+
+
 HEAD_GRAD_SUFFIX = "_head_grad"
 
 

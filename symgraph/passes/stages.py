@@ -21,9 +21,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import PlanError
 from ..graph import Entry, Graph, entry_key
 from .gradient import TrainingSplit
+from .infer import infer_shapes
 from .recompute import forward_nodes
 
 
@@ -133,6 +136,26 @@ def stage_graphs(split: TrainingSplit, nbytes, k: int) -> list:
                          [nd for nd in full.nodes if nd.op is not None and stage[id(nd)] == s]))
     # an output that is a variable (a gradient passed through) is fed, never computed
     return out
+
+
+def cut(split: TrainingSplit, shapes: dict, segments: int | None = None) -> list:
+    """``stage_graphs`` of ``split`` in ``segments`` forward segments
+    (default: ``default_segments`` of the forward op count), a node's bytes
+    from the shapes inferred from ``shapes`` (input name -> shape): the cut
+    the staged step runs and its prediction accounts for."""
+    g = split.graph
+    inf = infer_shapes(g, shapes, partial=True)
+
+    def nbytes(node):
+        total = 0
+        for i in range(node.num_outputs):
+            eid = g.entry_id(Entry(node, i))
+            shape, dtype = inf.shapes[eid], inf.dtypes[eid]
+            if shape is not None:
+                total += math.prod(shape) * np.dtype(dtype or "float32").itemsize
+        return total
+    k = segments or default_segments(len(forward_nodes(split.full, split.num_outputs)))
+    return stage_graphs(split, nbytes, k)
 
 
 def last_reads(stages: list) -> dict:

@@ -831,8 +831,9 @@ class Module(Loops):
         """Has the training programs recompute what plan ``p`` recomputes."""
         self._budget_plan = p
         self._programs.set_recompute([r["name"] for r in p.recompute])
-        # one program, or one per segment where XLA holds less so (train/staged.py)
-        self._programs.segments = "auto" if p.recompute else None
+        # one program, or one per segment where XLA holds less so (train/staged.py);
+        # compiled once for both compiled_memory and fit
+        self._programs.segments = "auto"
 
     def _fit_program_to_budget(self) -> None:
         """The budget bounds the program that runs, not only the plan: XLA's

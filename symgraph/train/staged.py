@@ -295,8 +295,8 @@ class SmallerStep:
     (docs/memory.md, "Budgets and recompute"). Each is compiled once; the
     choice is made per argument shapes."""
 
-    def __init__(self, fused, staged: StagedStep):
-        self.fused, self.staged = fused, staged
+    def __init__(self, fused, staged: StagedStep | None):
+        self.fused, self.staged = fused, staged  # staged None: the fused, compiled once
         self._chosen: dict = {}
 
     def choose(self, args) -> tuple:
@@ -304,9 +304,11 @@ class SmallerStep:
         key = _avals_key(args)
         if key not in self._chosen:
             compiled = self.fused.lower(*args).compile()
-            sizes = {"fused": _footprint(compiled.memory_analysis()),
-                     "staged": _footprint(self.staged.lower(*args).compile().memory_analysis())}
-            name = "fused" if sizes["fused"] <= sizes["staged"] else "staged"
+            sizes = {"fused": _footprint(compiled.memory_analysis())}
+            if self.staged is not None:
+                sizes["staged"] = _footprint(self.staged.lower(*args).compile()
+                                             .memory_analysis())
+            name = min(sizes, key=sizes.get)
             prog = compiled if name == "fused" else self.staged
             self._chosen[key] = (name, prog, sizes)
         return self._chosen[key]

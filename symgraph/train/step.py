@@ -218,7 +218,7 @@ class TrainPrograms:
         if reduce is not self._reduce:
             self._reduce = reduce
             self._cache = {k: v for k, v in self._cache.items()
-                           if k[0] not in ("fused", "bwd")}
+                           if k[0] not in ("fused", "bwd", "staged", "smaller")}
 
     # -- graphs -----------------------------------------------------------------
     def _train_graph(self) -> Graph:
@@ -439,28 +439,12 @@ class TrainPrograms:
     def stage_cut(self, sig, segments=None) -> tuple:
         """``(split, stages)``: the training split and its ``passes.stages``
         cut into ``segments`` forward segments (default: sqrt of the forward
-        op count) and their backwards -- what ``staged`` runs and
-        ``memory.predict.predict_staged`` accounts for."""
-        from ..passes.recompute import forward_nodes
-        from ..passes.stages import default_segments, stage_graphs
+        op count) and their backwards -- what ``staged`` runs."""
+        from ..passes.stages import cut
         key = ("cut", sig, segments)
-        if key in self._cache:
-            return self._cache[key]
-        split = self._gradient(self.trainable)
-        inf = infer_shapes(split.graph, self.local_shapes(sig), partial=True)
-        g = split.graph
-
-        def nbytes(node):
-            total = 0
-            for i in range(node.num_outputs):
-                eid = g.entry_id(Entry(node, i))
-                shape, dtype = inf.shapes[eid], inf.dtypes[eid]
-                if shape is not None:
-                    total += int(np.prod(shape, dtype=np.int64)) * \
-                        np.dtype(dtype or "float32").itemsize
-            return total
-        k = segments or default_segments(len(forward_nodes(split.full, split.num_outputs)))
-        self._cache[key] = split, stage_graphs(split, nbytes, k)
+        if key not in self._cache:
+            split = self._gradient(self.trainable)
+            self._cache[key] = split, cut(split, self.local_shapes(sig), segments)
         return self._cache[key]
 
     def staged(self, sig, optimizer, segments=None):
@@ -487,8 +471,10 @@ class TrainPrograms:
             from .staged import SmallerStep
             key = ("smaller", sig, self.optimizer_key(optimizer, self.trainable))
             if key not in self._cache:
+                # nothing recomputed: the fused step alone, compiled once
                 self._cache[key] = SmallerStep(self.fused(sig, optimizer),
-                                               self.staged(sig, optimizer))
+                                               self.staged(sig, optimizer)
+                                               if self.recompute else None)
             return self._cache[key]
         if self.segments:
             return self.staged(sig, optimizer, None if self.segments is True else self.segments)

@@ -169,16 +169,6 @@ def training_step(plan, optimizer=None, measures="auto", recompute=None,
                  "segments": segments}, jitted=True)
 
 
-def stage_cut(plan, segments=None) -> tuple:
-    """``(split, stages)`` of the staged step ``training_step(plan,
-    segments=...)`` runs (``TrainPrograms.stage_cut``): the same cut,
-    nothing lowered."""
-    if not plan.train:
-        raise XlaError("stage_cut needs a training plan (plan(..., train=True))")
-    progs, _, structs, _, batch, _ = _programs(plan, "auto", recompute=plan_recompute(plan))
-    return progs.stage_cut(_signature(structs, batch), None if segments is True else segments)
-
-
 def inference_step(plan, measures="auto") -> Step:
     """The inference program ``Module.predict``/``score`` run for an
     inference ``Plan``'s net, on one device (``TrainPrograms.infer``).

@@ -250,7 +250,8 @@ def predict_staged(plan, optimizer=None, segments=None) -> Prediction:
     a training plan: the resident arguments, aux and optimizer state plus
     the largest of ``staged_programs``' rows."""
     if not plan.train:
-        raise ValueError("predict_staged needs a training plan")
+        from ..errors import PlanError
+        raise PlanError("predict_staged needs a training plan (plan(..., train=True))")
     peak = max(r["held"] + r["output"] - r["alias"] + r["temp"]
                for r in staged_programs(plan, segments))
     outputs = _forward_outputs(plan)

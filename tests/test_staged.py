@@ -210,6 +210,30 @@ def test_module_under_a_budget_runs_the_smaller_of_the_two_steps():
     assert sizes[name] == min(sizes.values()) == xla.footprint(m)
 
 
+def test_a_module_under_a_budget_runs_without_recompute_where_that_program_fits():
+    """XLA's step without recompute holds far less than its plan on a
+    residual net (it recomputes cheap ops itself): where it fits the budget
+    the Module runs it, although the plan alone would have to recompute;
+    asked for an algorithm, it recomputes."""
+    net = resnet((3, 3), (16, 16, 32), 10, (3, 32, 32), bottle_neck=False)
+    shapes = {"data": (16, 3, 32, 32), "softmax_label": (16,)}
+    plain = sg.plan(net, shapes, train=True, optimizer="momentum")
+    budget = int(0.7 * plain.total)
+    assert sg.plan(net, shapes, train=True, optimizer="momentum", budget=budget).recompute
+
+    def module(**kw):
+        mod = sg.mod.Module(net, memory_budget=budget, **kw)
+        mod.bind([sg.io.DataDesc("data", shapes["data"])],
+                 [sg.io.DataDesc("softmax_label", shapes["softmax_label"])])
+        mod.init_params(sg.init.Xavier(), seed=0)
+        mod.init_optimizer(optimizer="sgd", optimizer_params={"momentum": 0.9})
+        return mod
+    mod = module()
+    assert mod.budget_plan.recompute == [] and mod.program_info()["recompute"] == 0
+    assert xla.footprint(mod.compiled_memory()) <= budget < plain.total
+    assert module(recompute="solver").budget_plan.recompute
+
+
 # -- XLA's figures of the sequence ---------------------------------------------------
 def test_the_staged_sequence_figures_add_up():
     """The sequence's figures: the step's arguments and donated bytes are

@@ -97,7 +97,10 @@ class Module(Loops):
     The budget bounds that program: ``init_optimizer`` compiles it (``fit``
     reuses it) and, where XLA's footprint is over the budget, plans again
     to the plan's total less the excess (at most ``PROGRAM_FIT_ROUNDS``
-    times), warning if it stays over. Results are
+    times), warning if it stays over. Where the step without recompute
+    already fits (XLA's figure; compiled only where the prediction says
+    so), it runs that, nothing recomputed, unless ``recompute`` names an
+    algorithm or nodes. Results are
     those of the unbudgeted step. A budget that no
     plan fits raises ``BudgetError`` there. ``recompute``: the recompute
     set or algorithm ('mirror', 'sqrt', 'solver', or forward node names),
@@ -845,6 +848,9 @@ class Module(Loops):
         from .. import xla
         from ..memory.budget import BudgetError, fmt_bytes
         budget = self._memory_budget
+        if self._budget_plan.recompute and self._recompute_spec is None and \
+                self._plain_program_fits(budget):
+            return
         for round_ in range(PROGRAM_FIT_ROUNDS + 1):
             held = xla.footprint(self.compiled_memory())
             if held <= budget:
@@ -862,6 +868,24 @@ class Module(Loops):
         self.logger.warning("memory_budget %s: the step XLA compiled holds %s (its plan %s)",
                             fmt_bytes(budget), fmt_bytes(held),
                             fmt_bytes(self._budget_plan.total))
+
+    def _plain_program_fits(self, budget: int) -> bool:
+        """Whether the step without recompute already fits the budget: XLA
+        recomputes cheap ops of its own accord, so its program can hold far
+        less than its plan (ResNet-50 at batch 32: 1,487 MiB against a plan
+        of 2,659) and less than a mildly budgeted one. Compiled only where
+        the prediction (``Plan.predicted``) says it fits; then it runs,
+        nothing recomputed."""
+        from .. import xla
+        budgeted = self._budget_plan
+        plain = self.plan_memory(optimizer=self._budget_optimizer())
+        if plain.predicted > budget:
+            return False
+        self._follow(plain)
+        if xla.footprint(self.compiled_memory()) <= budget:
+            return True
+        self._follow(budgeted)
+        return False
 
     def _budget_optimizer(self):
         """The optimizer as ``sg.plan(optimizer=)`` counts its state: by the

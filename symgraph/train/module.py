@@ -323,6 +323,8 @@ class Module(Loops):
         if was_bound and self.optimizer_initialized and \
                 sorted(set(self._opt_states) - {LOSS_SCALE_STATE}) != sorted(trainable):
             self.optimizer_initialized = False  # other parameters train now
+        if self.optimizer_initialized:  # a rebind: the step is compiled anew
+            self._fit_budget_if_any()
 
     def reshape(self, data_shapes, label_shapes=None):
         """New input shapes (same parameters); programs recompile as needed."""
@@ -488,8 +490,7 @@ class Module(Loops):
         if self._preload_opt_states is not None:
             self.load_optimizer_states(self._preload_opt_states)
             self._preload_opt_states = None
-        if self._memory_budget is not None and self._budget_plan is not None:
-            self._fit_program_to_budget()
+        self._fit_budget_if_any()
 
     @property
     def optimizer(self):
@@ -827,8 +828,6 @@ class Module(Loops):
         self._follow(self.plan_memory(budget=self._memory_budget,
                                       optimizer=self._budget_optimizer(),
                                       recompute=self._recompute_spec))
-        if self._memory_budget is not None and self.optimizer_initialized:
-            self._fit_program_to_budget()
 
     def _follow(self, p) -> None:
         """Has the training programs recompute what plan ``p`` recomputes."""
@@ -837,6 +836,12 @@ class Module(Loops):
         # one program, or one per segment where XLA holds less so (train/staged.py);
         # compiled once for both compiled_memory and fit
         self._programs.segments = "auto"
+
+    def _fit_budget_if_any(self) -> None:
+        """``_fit_program_to_budget`` once the step is complete (bound, the
+        optimizer known and its reducer set), under a budget."""
+        if self._memory_budget is not None and self._budget_plan is not None:
+            self._fit_program_to_budget()
 
     def _fit_program_to_budget(self) -> None:
         """The budget bounds the program that runs, not only the plan: XLA's

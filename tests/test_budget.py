@@ -523,3 +523,86 @@ def test_budget_under_other_strategies_schedules_and_options(kw):
     # checks the figures agree): the total counts the plan's strategy
     assert p.total <= b and p.total == sum(p.buckets.values()) + p.internal[p.strategy]
     p.check_arena()
+
+
+# -- fit_program: the budget bounds the program, not only the plan ------------------
+class _Plan:
+    """A plan as fit_program reads it: its total, prediction and recompute."""
+
+    def __init__(self, total, recompute=(), predicted=None):
+        self.total, self.recompute = total, list(recompute)
+        self.predicted = total if predicted is None else predicted
+
+
+def _planner(plain, smallest=0):
+    """plan_for: a plan whose total is the budget asked (recomputing one
+    node per 100 bytes given up), BudgetError below ``smallest``."""
+    asked = []
+
+    def plan_for(budget):
+        asked.append(budget)
+        if budget is None:
+            return plain
+        if budget < smallest:
+            raise B.BudgetError("too small", budget=budget, smallest=smallest)
+        return _Plan(budget, ["n"] * max(1, (plain.total - budget) // 100))
+    return plan_for, asked
+
+
+def _xla(extra):
+    """footprint_of: XLA's program holds its plan's total and ``extra(plan)``."""
+    seen = []
+
+    def footprint_of(p):
+        seen.append(p)
+        return p.total + extra(p)
+    return footprint_of, seen
+
+
+def test_fit_program_runs_the_step_without_recompute_where_its_program_fits():
+    plain = _Plan(1000, predicted=700)
+    first = _Plan(800, ["a"])
+    plan_for, asked = _planner(plain)
+    footprint_of, seen = _xla(lambda p: -300 if p is plain else 0)  # XLA recomputes itself
+    fit = B.fit_program(first, 800, plan_for, footprint_of)
+    assert (fit.plan, fit.footprint, fit.fits) == (plain, 700, True)
+    assert asked == [None] and seen == [plain]
+
+
+@pytest.mark.parametrize("predicted, keep", [(900, False), (700, True)])
+def test_fit_program_keeps_the_recompute_where_the_plain_step_cannot_fit_or_nodes_are_named(
+        predicted, keep):
+    plain = _Plan(1000, predicted=predicted)
+    first = _Plan(800, ["a"])
+    plan_for, asked = _planner(plain)
+    footprint_of, seen = _xla(lambda p: -300 if p is plain else 0)
+    fit = B.fit_program(first, 800, plan_for, footprint_of, keep_recompute=keep)
+    assert (fit.plan, fit.footprint, fit.fits) == (first, 800, True)
+    assert seen == [first]  # the plain step is never compiled
+    assert asked == ([] if keep else [None])
+
+
+def test_fit_program_plans_again_to_the_excess_and_checks_the_new_program():
+    plain = _Plan(1000, predicted=1000)
+    first = _Plan(800, ["a"])
+    plan_for, asked = _planner(plain)
+    footprint_of, seen = _xla(lambda p: 50)
+    fit = B.fit_program(first, 800, plan_for, footprint_of)
+    assert fit.fits and fit.footprint == 800 and fit.plan.total == 750
+    assert asked == [None, 750] and [p.total for p in seen] == [800, 750]
+    assert [h for _, h in fit.tried] == [850, 800]
+
+
+def test_fit_program_gives_the_smallest_program_where_none_fits():
+    plain = _Plan(1000, predicted=1000)
+    first = _Plan(800, ["a"])
+    footprint_of, seen = _xla(lambda p: 400 - p.total // 4)  # shrinks less than the plan
+    fit = B.fit_program(first, 800, _planner(plain)[0], footprint_of)
+    assert not fit.fits and len(seen) == B.PROGRAM_FIT_ROUNDS + 1
+    assert fit.footprint == min(h for _, h in fit.tried) > 800
+    assert fit.plan is min(fit.tried, key=lambda t: t[1])[0]
+
+    # a plan to the excess that does not exist ends the search at once
+    footprint_of, seen = _xla(lambda p: 100)
+    fit = B.fit_program(first, 800, _planner(plain, smallest=750)[0], footprint_of)
+    assert not fit.fits and seen == [first] and fit.plan is first

@@ -267,7 +267,7 @@ def test_a_module_plans_again_when_its_compiled_step_holds_more_than_the_budget(
     with caplog.at_level("WARNING"):
         mod.init_optimizer(optimizer="sgd", optimizer_params={"momentum": 0.9})
     assert len(calls) == 1  # the excess is more than any plan can give up
-    assert "the step XLA compiled holds" in caplog.text
+    assert "the smallest step XLA compiled holds" in caplog.text
 
 
 @pytest.mark.parametrize("budget", ["6 apples", "-1", "abc", 0])

@@ -213,8 +213,9 @@ def test_module_under_a_budget_runs_the_smaller_of_the_two_steps():
 def test_a_module_under_a_budget_runs_without_recompute_where_that_program_fits():
     """XLA's step without recompute holds far less than its plan on a
     residual net (it recomputes cheap ops itself): where it fits the budget
-    the Module runs it, although the plan alone would have to recompute;
-    asked for an algorithm, it recomputes."""
+    the Module runs it, although the plan alone would have to recompute,
+    with or without an algorithm named; asked for nodes, it recomputes
+    them."""
     net = resnet((3, 3), (16, 16, 32), 10, (3, 32, 32), bottle_neck=False)
     shapes = {"data": (16, 3, 32, 32), "softmax_label": (16,)}
     plain = sg.plan(net, shapes, train=True, optimizer="momentum")
@@ -231,7 +232,10 @@ def test_a_module_under_a_budget_runs_without_recompute_where_that_program_fits(
     mod = module()
     assert mod.budget_plan.recompute == [] and mod.program_info()["recompute"] == 0
     assert xla.footprint(mod.compiled_memory()) <= budget < plain.total
-    assert module(recompute="solver").budget_plan.recompute
+    assert module(recompute="solver").budget_plan.recompute == []
+    names = [r["name"] for r in sg.plan(net, shapes, train=True, optimizer="momentum",
+                                        budget=budget).recompute]
+    assert [r["name"] for r in module(recompute=names).budget_plan.recompute] == names
 
 
 # -- XLA's figures of the sequence ---------------------------------------------------

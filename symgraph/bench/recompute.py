@@ -8,14 +8,17 @@
 For each zoo net at ``--batch``: the training plan without recompute gives
 the internal bytes I0 and the rest of the total (arguments, gradients, aux
 states and the momentum the step's SGD keeps) R. A budget of fraction f is ``R + f * I0``. For each algorithm
-and fraction, ``sg.plan(..., budget=, recompute=ALG)`` picks the recompute
-set (or says nothing fits); the program ``Module.fit`` runs with that set
-is compiled (not run) and XLA's footprint read from ``memory_analysis()``
-(temp + argument + output - alias). Step times come from running the same
-programs at ``--time-batch`` (default: ``--batch``; the program the
-Module picked at ``--batch``), each raced in turn with the step without
-recompute in one process, best round kept, as ratios to that step. One
-set is compiled, measured and timed at a time, then let go.
+and fraction, the point is the program a ``Module(memory_budget=,
+recompute=ALG)`` runs (``memory.budget.fit_program``): ``sg.plan(...,
+budget=, recompute=ALG)`` picks the recompute set (or says nothing fits);
+the step without recompute is taken where its program fits; where XLA's
+program holds more than the budget the plan is made again to the excess.
+Each program is compiled (not run) once and XLA's footprint read from
+``memory_analysis()`` (temp + argument + output - alias). Step times come
+from running the programs the points end on at ``--time-batch`` (default:
+``--batch``; the program the Module picked at ``--batch``), each raced in
+turn with the step without recompute in one process, best round kept, as
+ratios to that step, one at a time, then let go.
 
 Beside them, in the same run: the hand-written plain-JAX net
 (``bench/handwritten.py``; VGG-16, ResNet-50, ResNet-152) with
@@ -199,79 +202,134 @@ def _free():
 
 
 # -- one net ----------------------------------------------------------------------
-def _recompute_sets(net, shapes, args, row) -> dict:
-    """The budget points of every algorithm and fraction (``row['points']``)
-    and the distinct recompute sets they choose, the empty one first."""
+class _Programs:
+    """XLA's figures of the step with each recompute set at ``--batch``,
+    compiled once per set and let go (``footprint_of`` for
+    ``fit_program``); ``sets`` keeps them by set, the empty one first."""
+
+    def __init__(self, net, shapes, bar=None, label=""):
+        self.net, self.shapes, self.bar, self.label = net, shapes, bar, label
+        self.sets: dict[tuple, dict] = {}
+
+    def info(self, names: tuple) -> dict:
+        if names not in self.sets:
+            if self.bar is not None:
+                self.bar.set_postfix_str(f"{self.label}: compiling program {len(self.sets) + 1}"
+                                         f" ({len(names)} recomputed)")
+            step = symgraph_step(self.net, self.shapes, names)
+            info = {"names": list(names), **_footprint(step)}
+            if info["footprint"] is None:
+                raise BenchError("bench recompute: XLA gives no memory_analysis() on this "
+                                 "backend")
+            # a budgeted Module runs the fused or the staged step, whichever holds less
+            info["program"] = step.fn.choose(step.args)[0] if hasattr(step.fn, "choose") \
+                else "fused"
+            self.sets[names] = info
+            del step
+            _free()
+        return self.sets[names]
+
+    def footprint_of(self, p) -> int:
+        return self.info(_names(p))["footprint"]
+
+
+def _names(p) -> tuple:
+    return tuple(sorted(r["name"] for r in p.recompute))
+
+
+def _how(fit, first) -> str:
+    """How a Module under the budget came to the program: the algorithm's
+    plan, the step without recompute, or a plan made again to the excess."""
+    if not fit.fits:
+        return "over: the smallest compiled"
+    if not fit.plan.recompute and first.recompute:
+        return "no recompute: its program fits"
+    replans = sum(1 for q, _ in fit.tried if q.recompute and q is not first)
+    return f"planned again x{replans}" if replans else "the algorithm's plan"
+
+
+def _budget_points(net, shapes, args, row, programs: _Programs) -> None:
+    """``row['points']``: for every algorithm and fraction, the program a
+    ``Module(memory_budget=, recompute=ALG)`` runs (``fit_program``: the
+    algorithm's plan, the step without recompute where its program fits,
+    or a plan made again where XLA holds more than the budget)."""
     import symgraph as sg
-    from ..memory.budget import BudgetError
+    from ..memory.budget import BudgetError, fit_program
     internal0, rest = row["internal0"], row["rest"]
-    sets: dict[tuple, dict] = {(): {"names": []}}
     for alg in args.algorithms:
+        def plan_for(budget, alg=alg):
+            if budget is None:
+                return sg.plan(net, shapes, train=True, optimizer=OPTIMIZER)
+            return sg.plan(net, shapes, train=True, budget=budget, recompute=alg,
+                           optimizer=OPTIMIZER)
         for f in args.fractions:
             budget = int(rest + f * internal0)
             t = time.perf_counter()
             try:
-                p = sg.plan(net, shapes, train=True, budget=budget, recompute=alg,
-                            optimizer=OPTIMIZER)
+                first = plan_for(budget)
             except BudgetError as err:
                 row["points"].append({"algorithm": alg, "fraction": f, "budget": budget,
                                       "fits": False, "smallest": err.smallest,
                                       "plan_s": round(time.perf_counter() - t, 3)})
                 continue
-            names = tuple(sorted(r["name"] for r in p.recompute))
-            sets.setdefault(names, {"names": list(names)})
-            row["points"].append({"algorithm": alg, "fraction": f, "budget": budget,
-                                  "fits": True, "set": names, "plan_total": p.total,
-                                  "internal": p.internal["arena"], "recomputed": len(names),
-                                  "extra_flops_share": p.extra_flops / max(p.step_flops, 1),
-                                  "plan_s": round(time.perf_counter() - t, 3)})
-    return sets
+            plan_s = round(time.perf_counter() - t, 3)
+            fit = fit_program(first, budget, plan_for, programs.footprint_of)
+            p = fit.plan
+            first_info = programs.sets.get(_names(first), {})
+            row["points"].append({
+                "algorithm": alg, "fraction": f, "budget": budget, "fits": True,
+                "set": _names(p), "how": _how(fit, first), "plan_total": p.total,
+                "internal": p.internal["arena"], "recomputed": len(p.recompute),
+                "extra_flops_share": p.extra_flops / max(p.step_flops, 1), "plan_s": plan_s,
+                # the algorithm's own plan, and its program where it was compiled
+                "first": {"plan_total": first.total, "recomputed": len(first.recompute),
+                          "xla_footprint": first_info.get("footprint")},
+                "programs_compiled": len(fit.tried)})
 
 
-def _time_step(name, net, names, program, args, step):
-    """A Runner of the step ``names`` recomputed at ``--time-batch``: ``step``
-    itself at the same batch, else the same program (fused or staged)
-    compiled at the timing batch."""
-    if args.time_batch == args.batch:
-        return Runner(step, _feed_module)
+def _time_step(name, net, names, program, args):
+    """A Runner of the step with ``names`` recomputed at ``--time-batch``:
+    the program (fused or staged) the Module picked at ``--batch``."""
     segments = True if program == "staged" else None
     return Runner(symgraph_step(net, _shapes(name, args.time_batch, args.image), names,
                                 segments), _feed_module)
 
 
 def measure_net(name: str, args, bar=None) -> dict:
-    """One net's row. Each recompute set is compiled, measured, timed
-    against the step without recompute (kept for the whole net) and let go
-    before the next, so memory holds two steps at a time, not all."""
+    """One net's row. The programs are compiled at ``--batch`` for XLA's
+    figures (compile only, let go at once); then each program some point
+    runs is timed at ``--time-batch`` against the step without recompute
+    (kept for the whole net) and let go before the next, so memory holds
+    two steps at a time, not all."""
     import symgraph as sg
     net = sg.models.get_model(name)
     shapes = _shapes(name, args.batch, args.image)
     base = sg.plan(net, shapes, train=True, optimizer=OPTIMIZER)
-    row = {"net": name, "optimizer": OPTIMIZER, "batch": args.batch, "shapes": {k: list(v) for k, v in shapes.items()},
+    row = {"net": name, "optimizer": OPTIMIZER, "batch": args.batch,
+           "shapes": {k: list(v) for k, v in shapes.items()},
            "internal0": base.internal["arena"], "rest": base.total - base.internal["arena"],
            "points": [], "checkpoint": []}
-    sets = _recompute_sets(net, shapes, args, row)
+    programs = _Programs(net, shapes, bar, name)
+    programs.info(())
+    _budget_points(net, shapes, args, row, programs)
+    run = [()] + list(dict.fromkeys(p["set"] for p in row["points"] if p["fits"]
+                                    and p["set"]))
     timed = not args.no_time
     t0 = None  # the step without recompute: best of every race it ran in
     base_runner = None
-    for i, (names, info) in enumerate(sets.items()):
+    for i, names in enumerate(run if timed else []):
+        info = programs.sets[names]
         if bar is not None:
-            bar.set_postfix_str(f"{name}: program {i + 1} of {len(sets)}")
-        step = symgraph_step(net, shapes, names)
-        info.update(_footprint(step))
-        # a budgeted Module runs the fused or the staged step, whichever holds less
-        info["program"] = step.fn.choose(step.args)[0] if hasattr(step.fn, "choose") \
-            else "fused"
-        if timed and not names:
-            base_runner = _time_step(name, net, names, info["program"], args, step)
+            bar.set_postfix_str(f"{name}: timing program {i + 1} of {len(run)}")
+        if not names:
+            base_runner = _time_step(name, net, names, info["program"], args)
             t0 = info["step_s"] = race([base_runner], args.rounds, args.steps)[0]
-        elif timed:
-            runner = _time_step(name, net, names, info["program"], args, step)
-            dt, db = race([runner, base_runner], args.rounds, args.steps)
-            info["step_s"], info["step_ratio"] = dt, dt / db
-            t0 = min(t0, db)
-            del runner
-        del step
+            continue
+        runner = _time_step(name, net, names, info["program"], args)
+        dt, db = race([runner, base_runner], args.rounds, args.steps)
+        info["step_s"], info["step_ratio"] = dt, dt / db
+        t0 = min(t0, db)
+        del runner
         _free()
     if not args.no_checkpoint:
         row["checkpoint"], seen = _checkpoint_rows(name, shapes, args, base_runner)
@@ -280,14 +338,15 @@ def measure_net(name: str, args, bar=None) -> dict:
     _free()
     for p in row["points"]:
         if p["fits"]:
-            info = sets[p.pop("set")]
+            info = programs.sets[p.pop("set")]
             p["xla_footprint"] = info["footprint"]
             p["xla_temp"] = info["temp"]
             p["program"] = info["program"]
             p["step_s"] = info.get("step_s")
             p["step_ratio"] = 1.0 if timed and not info["names"] else info.get("step_ratio")
-    row["no_recompute"] = {"plan_total": base.total, "xla_footprint": sets[()]["footprint"],
-                           "xla_temp": sets[()]["temp"], "step_s": t0}
+    row["programs_compiled"] = len(programs.sets)
+    row["no_recompute"] = {"plan_total": base.total, "xla_footprint": programs.sets[()]["footprint"],
+                           "xla_temp": programs.sets[()]["temp"], "step_s": t0}
     return row
 
 
@@ -370,6 +429,19 @@ def _monotone(row) -> str:
     return "XLA footprint as the budget falls: " + "; ".join(out) + "."
 
 
+def _how_text(p) -> str:
+    """The point's path to its program, with the algorithm's own plan's
+    program where that one was compiled and is not the one that runs."""
+    how = p.get("how")
+    if how is None:  # runs before the Module's choice was modelled
+        return "the algorithm's plan"
+    first = p["first"]
+    if first["xla_footprint"] is not None and first["xla_footprint"] != p["xla_footprint"]:
+        how += (f" (the algorithm's plan: {first['recomputed']} recomputed, "
+                f"{_mib(first['xla_footprint'])} MiB)")
+    return how
+
+
 def _rest_text(res: dict) -> str:
     if all(row.get("optimizer") for row in res["rows"]):
         return "arguments, gradients, aux and the momentum state of the step's SGD"
@@ -387,7 +459,10 @@ def markdown(res: dict) -> str:
              "program `Module.fit` runs with the plan's recompute set (temp + argument + "
              "output - alias), compiled at the batch shown; program: the fused step (one XLA "
              "program) or the staged one (a program per segment), whichever holds less, as a "
-             "budgeted Module picks. Step: time per step against the "
+             "budgeted Module picks. How: the program a Module(memory_budget=, recompute=ALG) "
+             "runs (memory.budget.fit_program): the algorithm's plan; the step without "
+             "recompute where its program fits the budget; or a plan made again to the excess "
+             "where XLA holds more than the budget. Step: time per step against the "
              "step without recompute, raced in turn with it in the same run, best of the "
              "rounds.", ""]
     for row in res["rows"]:
@@ -397,19 +472,22 @@ def markdown(res: dict) -> str:
                   f"{_mib(row['internal0'])}), XLA footprint {_mib(nr['xla_footprint'])} MiB "
                   f"(temp {_mib(nr['xla_temp'])}).", "",
                   "| algorithm | fraction | budget MiB | plan total MiB | XLA footprint MiB "
-                  "| vs budget | XLA temp MiB | program | recomputed | extra FLOPs | step |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+                  "| vs budget | XLA temp MiB | program | recomputed | extra FLOPs | step "
+                  "| how |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
         for p in row["points"]:
             if not p["fits"]:
                 lines.append(f"| {p['algorithm']} | {p['fraction']:.2f} | {_mib(p['budget'])} "
-                             f"| does not fit (smallest {_mib(p['smallest'])}) | | | | | | | |")
+                             f"| does not fit (smallest {_mib(p['smallest'])}) "
+                             "| | | | | | | | |")
                 continue
             lines.append(f"| {p['algorithm']} | {p['fraction']:.2f} | {_mib(p['budget'])} | "
                          f"{_mib(p['plan_total'])} | {_mib(p['xla_footprint'])} | "
                          f"{_vs_budget(p)} | "
                          f"{_mib(p['xla_temp'])} | {p.get('program', 'fused')} | "
                          f"{p['recomputed']} | "
-                         f"{p['extra_flops_share'] * 100:.1f}% | {_ratio(p['step_ratio'])} |")
+                         f"{p['extra_flops_share'] * 100:.1f}% | {_ratio(p['step_ratio'])} "
+                         f"| {_how_text(p)} |")
         lines += ["", _monotone(row)]
         if row["checkpoint"]:
             lines += ["", "Hand-written plain-JAX net, jax.checkpoint per block:", "",

@@ -57,11 +57,6 @@ from .loops import Loops, _as_list, _refuse_given
 from .step import LOSS_SCALE_STATE, DynamicLossScale, TrainPrograms, batch_signature, \
     loss_scaling
 
-# how many times a Module under a budget plans again when the program XLA
-# compiled holds more than the budget (Module._fit_program_to_budget)
-PROGRAM_FIT_ROUNDS = 2
-
-
 def states_path(prefix: str, epoch: int) -> str:
     return f"{prefix}-{int(epoch):04d}.states"
 
@@ -94,13 +89,13 @@ class Module(Loops):
     known) and the programs recompute in the backward the forward nodes the
     plan names, the step one program or a program per segment of it
     (``TrainPrograms.staged``), whichever XLA's figures say holds less.
-    The budget bounds that program: ``init_optimizer`` compiles it (``fit``
-    reuses it) and, where XLA's footprint is over the budget, plans again
-    to the plan's total less the excess (at most ``PROGRAM_FIT_ROUNDS``
-    times), warning if it stays over. Where the step without recompute
-    already fits (XLA's figure; compiled only where the prediction says
-    so), it runs that, nothing recomputed, unless ``recompute`` names an
-    algorithm or nodes. Results are
+    The budget bounds that program (``memory.budget.fit_program``):
+    ``init_optimizer`` compiles it (``fit`` reuses it); where the step
+    without recompute already fits by XLA's figure (compiled only where
+    the prediction says so) it runs that, nothing recomputed, unless
+    ``recompute`` names nodes; where XLA's footprint is over the budget it
+    plans again to the plan's total less the excess (at most
+    ``PROGRAM_FIT_ROUNDS`` times), warning if no program fits. Results are
     those of the unbudgeted step. A budget that no
     plan fits raises ``BudgetError`` there. ``recompute``: the recompute
     set or algorithm ('mirror', 'sqrt', 'solver', or forward node names),
@@ -844,53 +839,34 @@ class Module(Loops):
             self._fit_program_to_budget()
 
     def _fit_program_to_budget(self) -> None:
-        """The budget bounds the program that runs, not only the plan: XLA's
-        program may hold more than its plan (layout copies, its own order).
-        Compiles the step ``fit`` will run (compiled once: ``fit`` reuses it)
-        and, while XLA's footprint is over the budget, plans again to the
-        plan's total less the excess, at most ``PROGRAM_FIT_ROUNDS`` times;
-        then warns if it is still over."""
+        """The budget bounds the program that runs, not only the plan
+        (``memory.budget.fit_program``: the step without recompute where
+        XLA's figure says it fits, else plans again to the excess). Each
+        step is compiled once: ``fit`` reuses the one chosen. Warns if no
+        program fits."""
         from .. import xla
-        from ..memory.budget import BudgetError, fmt_bytes
-        budget = self._memory_budget
-        if self._budget_plan.recompute and self._recompute_spec is None and \
-                self._plain_program_fits(budget):
-            return
-        for round_ in range(PROGRAM_FIT_ROUNDS + 1):
-            held = xla.footprint(self.compiled_memory())
-            if held <= budget:
-                return
-            # XLA holds the plan and some more: a plan smaller by the excess
-            target = self._budget_plan.total - (held - budget)
-            if round_ == PROGRAM_FIT_ROUNDS or target <= 0:
-                break
-            try:
-                p = self.plan_memory(budget=target, optimizer=self._budget_optimizer(),
-                                     recompute=self._recompute_spec)
-            except BudgetError:
-                break
-            self._follow(p)
-        self.logger.warning("memory_budget %s: the step XLA compiled holds %s (its plan %s)",
-                            fmt_bytes(budget), fmt_bytes(held),
-                            fmt_bytes(self._budget_plan.total))
+        from ..memory.budget import fit_program, fmt_bytes
+        opt = self._budget_optimizer()
 
-    def _plain_program_fits(self, budget: int) -> bool:
-        """Whether the step without recompute already fits the budget: XLA
-        recomputes cheap ops of its own accord, so its program can hold far
-        less than its plan (ResNet-50 at batch 32: 1,487 MiB against a plan
-        of 2,659) and less than a mildly budgeted one. Compiled only where
-        the prediction (``Plan.predicted``) says it fits; then it runs,
-        nothing recomputed."""
-        from .. import xla
-        budgeted = self._budget_plan
-        plain = self.plan_memory(optimizer=self._budget_optimizer())
-        if plain.predicted > budget:
-            return False
-        self._follow(plain)
-        if xla.footprint(self.compiled_memory()) <= budget:
-            return True
-        self._follow(budgeted)
-        return False
+        def plan_for(budget):
+            if budget is None:
+                return self.plan_memory(optimizer=opt)
+            return self.plan_memory(budget=budget, optimizer=opt,
+                                    recompute=self._recompute_spec)
+
+        def footprint_of(p):
+            self._follow(p)
+            return xla.footprint(self.compiled_memory())
+
+        # an algorithm says how to recompute, the budget whether; named nodes are kept
+        keep = self._recompute_spec is not None and not isinstance(self._recompute_spec, str)
+        fit = fit_program(self._budget_plan, self._memory_budget, plan_for, footprint_of,
+                          keep_recompute=keep)
+        self._follow(fit.plan)
+        if not fit.fits:
+            self.logger.warning("memory_budget %s: the smallest step XLA compiled holds %s "
+                                "(its plan %s)", fmt_bytes(self._memory_budget),
+                                fmt_bytes(fit.footprint), fmt_bytes(fit.plan.total))
 
     def _budget_optimizer(self):
         """The optimizer as ``sg.plan(optimizer=)`` counts its state: by the

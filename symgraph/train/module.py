@@ -841,9 +841,9 @@ class Module(Loops):
     def _fit_program_to_budget(self) -> None:
         """The budget bounds the program that runs, not only the plan
         (``memory.budget.fit_program``: the step without recompute where
-        XLA's figure says it fits, else plans again to the excess). Each
-        step is compiled once: ``fit`` reuses the one chosen. Warns if no
-        program fits."""
+        XLA's figure says it fits, else plans again to the excess). The step
+        that fits is the last compiled, so ``fit`` reuses it. Where none
+        fits, the smallest runs, with a warning."""
         from .. import xla
         from ..memory.budget import fit_program, fmt_bytes
         opt = self._budget_optimizer()

@@ -44,6 +44,16 @@ class Node:
             if not isinstance(e, Entry):
                 raise GraphError(f"node '{name}': input {e!r} is not an Entry")
 
+    def with_inputs(self, inputs: Sequence["Entry"]) -> "Node":
+        """This node reading ``inputs``: op, name and attributes as they are,
+        the parsed ones shared rather than parsed again (passes that rebuild
+        a graph copy every node)."""
+        new = Node.__new__(Node)
+        new.op, new.name, new.attrs, new.params = self.op, self.name, dict(self.attrs), \
+            self.params
+        new.inputs = tuple(inputs)
+        return new
+
     @property
     def num_outputs(self) -> int:
         return 1 if self.op is None else self.op.num_outputs(self.params)

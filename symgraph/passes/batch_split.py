@@ -191,7 +191,7 @@ def split_batch(graph: Graph, prefix: int, shares: Sequence[int],
         if id(n) in in_prefix:
             out.shared.append(n.name)
         if any(a.node is not b.node for a, b in zip(ins, n.inputs)):
-            new[id(n)] = Node(n.op, n.name, n.attrs, ins)
+            new[id(n)] = n.with_inputs(ins)
     out.graph = Graph([joined_of(e) for e in graph.outputs])
     return out
 

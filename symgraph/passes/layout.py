@@ -126,7 +126,7 @@ def to_channels_last(graph: Graph, shapes: dict | None = None, inferred=None,
                 rule = _rule(node, [shape(e) for e in ins],
                              [graph.entry_id(e) in last for e in ins], lead)
         if rule is None:  # as it was, channel-first
-            new = Node(node.op, node.name, node.attrs, [get_first(e) for e in ins])
+            new = node.with_inputs([get_first(e) for e in ins])
             for i in range(node.num_outputs):
                 first[base + i] = Entry(new, i)
             continue

@@ -183,7 +183,7 @@ def _insert_copies(graph: Graph, devices: list, dev: dict, by_name: dict) -> Pla
         ins = [copy_of(e, d) if crossing and dev[e.node.name] != d else entry(e)
                for e in n.inputs]
         if any(a.node is not b.node for a, b in zip(ins, n.inputs)):
-            new[id(n)] = Node(n.op, n.name, n.attrs, ins)
+            new[id(n)] = n.with_inputs(ins)
     g = Graph([entry(e) for e in graph.outputs]) if new else graph
     return Placement(g, devices, out_dev, copy_names)
 

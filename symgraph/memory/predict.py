@@ -186,8 +186,6 @@ def _pool_buffers(n, inf) -> tuple:
     to a multiple of the stride), and ``padded``, the padded input (measured
     in the staged step's programs: GoogLeNet's pooling1, [2, 192, 57, 57]
     and [2, 192, 29, 2, 58]). (0, 0) for other nodes."""
-    import math
-
     from ..ops.conv import _nchw_shape, is_channels_last
     from ..ops.nn import _pool_geometry
     if (n.op is None or n.op.name != "_backward_Pooling"
@@ -404,11 +402,11 @@ def _as_lowered(stage, full, finf, channels_last: bool) -> tuple:
     from ..ops.registry import same_type
     from ..passes.infer import Inferred
     from ..passes.layout import to_channels_last
+    if not channels_last:
+        return stage, (lambda e: entry_nbytes(finf, full.entry_id(e))), finf, frozenset()
     g = stage.graph
     ids = [full.entry_id(Entry(n, i)) for n in g.nodes for i in range(n.num_outputs)]
     inf = Inferred(g, tuple(finf.shapes[i] for i in ids), tuple(finf.dtypes[i] for i in ids))
-    if not channels_last:
-        return stage, (lambda e: entry_nbytes(finf, full.entry_id(e))), finf, frozenset()
     reads = set(stage.reads)
     fed = {n.name for n in g.nodes if n.op is not None and
            any(entry_key(Entry(n, i)) in reads for i in range(n.num_outputs))}

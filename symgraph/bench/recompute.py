@@ -248,18 +248,19 @@ def _how(fit, first) -> str:
     return f"planned again x{replans}" if replans else "the algorithm's plan"
 
 
-def _budget_points(net, shapes, args, row, programs: _Programs) -> None:
+def _budget_points(net, shapes, args, row, programs: _Programs, base) -> None:
     """``row['points']``: for every algorithm and fraction, the program a
     ``Module(memory_budget=, recompute=ALG)`` runs (``fit_program``: the
     algorithm's plan, the step without recompute where its program fits,
-    or a plan made again where XLA holds more than the budget)."""
+    or a plan made again where XLA holds more than the budget). ``base``:
+    the plan without recompute."""
     import symgraph as sg
     from ..memory.budget import BudgetError, fit_program
     internal0, rest = row["internal0"], row["rest"]
     for alg in args.algorithms:
         def plan_for(budget, alg=alg):
             if budget is None:
-                return sg.plan(net, shapes, train=True, optimizer=OPTIMIZER)
+                return base
             return sg.plan(net, shapes, train=True, budget=budget, recompute=alg,
                            optimizer=OPTIMIZER)
         for f in args.fractions:
@@ -311,7 +312,7 @@ def measure_net(name: str, args, bar=None) -> dict:
            "points": [], "checkpoint": []}
     programs = _Programs(net, shapes, bar, name)
     programs.info(())
-    _budget_points(net, shapes, args, row, programs)
+    _budget_points(net, shapes, args, row, programs, base)
     run = [()] + list(dict.fromkeys(p["set"] for p in row["points"] if p["fits"]
                                     and p["set"]))
     timed = not args.no_time

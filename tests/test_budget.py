@@ -606,3 +606,24 @@ def test_fit_program_gives_the_smallest_program_where_none_fits():
     footprint_of, seen = _xla(lambda p: 100)
     fit = B.fit_program(first, 800, _planner(plain, smallest=750)[0], footprint_of)
     assert not fit.fits and seen == [first] and fit.plan is first
+
+
+@pytest.mark.parametrize("predicted, keep, starts", [(650, False, "plain"), (750, False, None),
+                                                     (650, True, None)])
+def test_first_plan_falls_back_to_the_step_without_recompute_only_where_it_is_predicted_to_fit(
+        predicted, keep, starts):
+    """No plan fits 700 (the smallest reachable is 720): the plan without
+    recompute is the start where its prediction fits and no nodes are named;
+    else the planner's error stands."""
+    plain = _Plan(1000, predicted=predicted)
+    plan_for, asked = _planner(plain, smallest=720)
+    if starts is None:
+        with pytest.raises(B.BudgetError) as info:
+            B.first_plan(700, plan_for, keep_recompute=keep)
+        assert info.value.smallest == 720
+    else:
+        assert B.first_plan(700, plan_for, keep_recompute=keep) is plain
+    assert asked == ([700] if keep else [700, None])
+    # a budget some plan fits is the planner's, the plain step not asked for
+    plan_for, asked = _planner(plain, smallest=720)
+    assert B.first_plan(800, plan_for).total == 800 and asked == [800]

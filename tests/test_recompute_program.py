@@ -298,6 +298,45 @@ def test_a_budget_nothing_fits_is_one_line_at_bind_and_init_optimizer():
         mod.init_optimizer(optimizer="adam")
 
 
+def test_a_budget_no_plan_fits_runs_the_step_without_recompute_where_its_program_fits(
+        monkeypatch, caplog):
+    """XLA recomputes cheap ops of its own accord, so the step without
+    recompute can hold less than the smallest plan: where its prediction
+    fits the budget, a Module runs it (nothing recomputed) and does not
+    refuse the budget; where it does not, BudgetError as before."""
+    net = conv_net()
+    descs = ([sg.io.DataDesc("data", FIT_SHAPES["data"], "float64")],
+             [sg.io.DataDesc("softmax_label", (8,), "float64")])
+    plain = sg.plan(net, FIT_SHAPES, train=True, dtypes=F64, optimizer="momentum")
+    with pytest.raises(BudgetError) as info:
+        sg.plan(net, FIT_SHAPES, train=True, dtypes=F64, optimizer="momentum",
+                recompute="mirror", budget=1000)
+    smallest = info.value.smallest
+    assert plain.predicted < smallest  # the case this test is about
+    budget = (plain.predicted + smallest) // 2
+    calls: list = []
+
+    def compiled_memory(self):  # XLA's figure as predicted (nothing compiled)
+        calls.append(self.budget_plan.total)
+        return {"temp": 0, "argument": self.budget_plan.predicted, "output": 0, "alias": 0}
+
+    monkeypatch.setattr(sg.mod.Module, "compiled_memory", compiled_memory)
+    mod = sg.mod.Module(net, memory_budget=budget, recompute="mirror")
+    mod.bind(*descs)
+    mod.init_params(sg.init.Xavier(), seed=0)
+    with caplog.at_level("WARNING"):
+        mod.init_optimizer(optimizer="sgd", optimizer_params={"momentum": 0.9})
+    assert mod.budget_plan.recompute == [] and mod._programs.recompute == ()
+    assert mod.budget_plan.total == plain.total and calls == [plain.total]
+    assert "memory_budget" not in caplog.text
+
+    mod = sg.mod.Module(net, memory_budget=plain.predicted - 1, recompute="mirror")
+    mod.bind(*descs)
+    mod.init_params(sg.init.Xavier(), seed=0)
+    with pytest.raises(BudgetError, match="smallest total reachable"):
+        mod.init_optimizer(optimizer="sgd", optimizer_params={"momentum": 0.9})
+
+
 def test_simple_bind_under_a_budget_gives_the_gradients_of_the_plain_executor():
     net = conv_net()
     shapes = FIT_SHAPES

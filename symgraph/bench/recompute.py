@@ -237,11 +237,15 @@ def _names(p) -> tuple:
     return tuple(sorted(r["name"] for r in p.recompute))
 
 
-def _how(fit, first) -> str:
+def _how(fit, first, base) -> str:
     """How a Module under the budget came to the program: the algorithm's
-    plan, the step without recompute, or a plan made again to the excess."""
+    plan, the step without recompute (where its program fits, or where no
+    plan fits but its prediction does: ``first_plan``), or a plan made again
+    to the excess."""
     if not fit.fits:
         return "over: the smallest compiled"
+    if fit.plan is base and first is base:
+        return "no recompute: no plan fits, its program does"
     if not fit.plan.recompute and first.recompute:
         return "no recompute: its program fits"
     replans = sum(1 for q, _ in fit.tried if q.recompute and q is not first)
@@ -255,7 +259,7 @@ def _budget_points(net, shapes, args, row, programs: _Programs, base) -> None:
     or a plan made again where XLA holds more than the budget). ``base``:
     the plan without recompute."""
     import symgraph as sg
-    from ..memory.budget import BudgetError, fit_program
+    from ..memory.budget import BudgetError, first_plan, fit_program
     internal0, rest = row["internal0"], row["rest"]
     for alg in args.algorithms:
         def plan_for(budget, alg=alg):
@@ -267,7 +271,7 @@ def _budget_points(net, shapes, args, row, programs: _Programs, base) -> None:
             budget = int(rest + f * internal0)
             t = time.perf_counter()
             try:
-                first = plan_for(budget)
+                first = first_plan(budget, plan_for)
             except BudgetError as err:
                 row["points"].append({"algorithm": alg, "fraction": f, "budget": budget,
                                       "fits": False, "smallest": err.smallest,
@@ -279,7 +283,7 @@ def _budget_points(net, shapes, args, row, programs: _Programs, base) -> None:
             first_info = programs.sets.get(_names(first), {})
             row["points"].append({
                 "algorithm": alg, "fraction": f, "budget": budget, "fits": True,
-                "set": _names(p), "how": _how(fit, first), "plan_total": p.total,
+                "set": _names(p), "how": _how(fit, first, base), "plan_total": p.total,
                 "internal": p.internal["arena"], "recomputed": len(p.recompute),
                 "extra_flops_share": p.extra_flops / max(p.step_flops, 1), "plan_s": plan_s,
                 # the algorithm's own plan, and its program where it was compiled

@@ -673,6 +673,24 @@ class ProgramFit:
     tried: tuple
 
 
+def first_plan(budget: int, plan_for, *, keep_recompute=False):
+    """The plan ``fit_program`` starts from: ``plan_for(budget)`` (see
+    there). Where no plan fits the budget, the plan without recompute if
+    its prediction (``Plan.predicted``) does -- XLA recomputes cheap ops of
+    its own accord, so its program can hold less than the smallest plan
+    (``fit_program`` confirms it by XLA's figure) -- unless
+    ``keep_recompute``. BudgetError where neither fits."""
+    try:
+        return plan_for(budget)
+    except BudgetError as err:
+        if err.smallest is None or keep_recompute:
+            raise
+        plain = plan_for(None)
+        if plain.predicted > budget:
+            raise
+        return plain
+
+
 def fit_program(first, budget: int, plan_for, footprint_of, *, keep_recompute=False,
                 rounds: int = PROGRAM_FIT_ROUNDS) -> ProgramFit:
     """The plan whose *program* fits ``budget``, not only whose plan does.

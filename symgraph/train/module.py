@@ -96,8 +96,10 @@ class Module(Loops):
     ``recompute`` names nodes; where XLA's footprint is over the budget it
     plans again to the plan's total less the excess (at most
     ``PROGRAM_FIT_ROUNDS`` times), warning if no program fits. Results are
-    those of the unbudgeted step. A budget that no
-    plan fits raises ``BudgetError`` there. ``recompute``: the recompute
+    those of the unbudgeted step. Where no plan fits the budget but the
+    prediction of the step without recompute does (XLA recomputes cheap
+    ops of its own accord), that step is tried as above; a budget neither
+    fits raises ``BudgetError`` there. ``recompute``: the recompute
     set or algorithm ('mirror', 'sqrt', 'solver', or forward node names),
     with or without a budget (``sg.plan``'s ``recompute``).
     """
@@ -811,7 +813,9 @@ class Module(Loops):
     def _plan_recompute(self) -> None:
         """With ``memory_budget`` or ``recompute``: plans the training step
         (``plan_memory``) and has the programs recompute what the plan
-        recomputes. BudgetError when nothing fits."""
+        recomputes. Where no plan fits the budget, the step without recompute
+        when its prediction (``Plan.predicted``) does; BudgetError where that
+        does not either."""
         if self._memory_budget is None and self._recompute_spec is None:
             return
         if not (self.for_training and self._trainable):
@@ -820,9 +824,14 @@ class Module(Loops):
         if not hasattr(self._programs, "set_recompute"):
             raise TrainError("memory_budget/recompute: not supported with these programs "
                              "(group2ctxs)")
-        self._follow(self.plan_memory(budget=self._memory_budget,
-                                      optimizer=self._budget_optimizer(),
-                                      recompute=self._recompute_spec))
+        from ..memory.budget import first_plan
+        opt = self._budget_optimizer()
+        if self._memory_budget is None:
+            p = self.plan_memory(optimizer=opt, recompute=self._recompute_spec)
+        else:
+            p = first_plan(self._memory_budget, lambda b: self._plan_to(b, opt),
+                           keep_recompute=self._keeps_recompute())
+        self._follow(p)
 
     def _follow(self, p) -> None:
         """Has the training programs recompute what plan ``p`` recomputes."""
@@ -848,25 +857,31 @@ class Module(Loops):
         from ..memory.budget import fit_program, fmt_bytes
         opt = self._budget_optimizer()
 
-        def plan_for(budget):
-            if budget is None:
-                return self.plan_memory(optimizer=opt)
-            return self.plan_memory(budget=budget, optimizer=opt,
-                                    recompute=self._recompute_spec)
-
         def footprint_of(p):
             self._follow(p)
             return xla.footprint(self.compiled_memory())
 
-        # an algorithm says how to recompute, the budget whether; named nodes are kept
-        keep = self._recompute_spec is not None and not isinstance(self._recompute_spec, str)
-        fit = fit_program(self._budget_plan, self._memory_budget, plan_for, footprint_of,
-                          keep_recompute=keep)
+        fit = fit_program(self._budget_plan, self._memory_budget,
+                          lambda b: self._plan_to(b, opt), footprint_of,
+                          keep_recompute=self._keeps_recompute())
         self._follow(fit.plan)
         if not fit.fits:
             self.logger.warning("memory_budget %s: the smallest step XLA compiled holds %s "
                                 "(its plan %s)", fmt_bytes(self._memory_budget),
                                 fmt_bytes(fit.footprint), fmt_bytes(fit.plan.total))
+
+    def _plan_to(self, budget, optimizer):
+        """``plan_memory`` to ``budget`` with this Module's recompute set or
+        algorithm; ``budget`` None: the plan with nothing recomputed."""
+        if budget is None:
+            return self.plan_memory(optimizer=optimizer)
+        return self.plan_memory(budget=budget, optimizer=optimizer,
+                                recompute=self._recompute_spec)
+
+    def _keeps_recompute(self) -> bool:
+        """An algorithm says how to recompute, the budget whether: only named
+        nodes are recomputed whatever the budget."""
+        return self._recompute_spec is not None and not isinstance(self._recompute_spec, str)
 
     def _budget_optimizer(self):
         """The optimizer as ``sg.plan(optimizer=)`` counts its state: by the

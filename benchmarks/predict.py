@@ -12,7 +12,7 @@ it, without compiling anything), then compiles that program (compile only,
 one CPU device, the default memory measures) and compares the prediction
 with XLA's figure, temp + argument + output - alias (``xla.footprint``).
 ``--reuse`` takes XLA's figures from an earlier results.json in ``--out``
-where the net, mode and batch match (the rule can then be re-evaluated
+where the net, mode, batch and the rule's measures match (the rule can then be re-evaluated
 without compiling again). ``--rss`` also runs those programs once, each in
 a fresh process (``benchmarks/xla_rss.py``'s measurement), and compares the
 prediction with the resident memory the run touches (arguments already
@@ -56,6 +56,15 @@ def xla_figures(name: str, batch: int, train: bool) -> dict:
     jax.clear_caches()
     gc.collect()
     return out
+
+
+def rule_measures(name: str, train: bool) -> list:
+    """The measures the rule gives the net's program now (a figure reused
+    from an earlier run must have been compiled with them)."""
+    from symgraph.graph import Graph
+    from symgraph.measures import default_measures
+    from symgraph.models import get_model
+    return list(default_measures(Graph(get_model(name).outputs), train))
 
 
 def predicted(name: str, batch: int, train: bool) -> dict:
@@ -163,7 +172,9 @@ def main(argv=None) -> int:
     from symgraph import xla
     for name, mode in tqdm(jobs, desc="predict", unit="program", file=sys.stderr):
         train = mode == "train"
-        fig = old.get((name, mode, args.batch)) or xla_figures(name, args.batch, train)
+        fig = old.get((name, mode, args.batch))
+        if fig is None or fig["measures"] != rule_measures(name, train):
+            fig = xla_figures(name, args.batch, train)
         r = {"net": name, "mode": mode, "batch": args.batch, "xla": fig,
              **predicted(name, args.batch, train)}
         r["xla_footprint"] = xla.footprint(fig)

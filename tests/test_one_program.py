@@ -89,6 +89,15 @@ def test_default_measures_rule():
     y = _convnet().get_internals()["relu_output"]
     res = Graph((y + sg.sym.Convolution(y, kernel=(1, 1), num_filter=4, name="c2")).outputs)
     assert sg.measures.default_measures(res, True, "cpu") == sg.measures.CPU_RESIDUAL
+    # a deep one trains with the anchor; inference and recompute as any residual net
+    for i in range(sg.measures.DEEP_RESIDUAL_ADDS + 1):
+        y = y + sg.sym.Convolution(y, kernel=(1, 1), num_filter=4, name=f"u{i}")
+    deep = Graph(y.outputs)
+    assert sg.measures.default_measures(deep, True, "cpu") == \
+        sg.measures.CPU_DEEP_RESIDUAL_TRAIN
+    assert sg.measures.default_measures(deep, False, "cpu") == sg.measures.CPU_RESIDUAL
+    assert sg.measures.recompute_measures(sg.measures.default_measures(deep, True, "cpu"),
+                                          "cpu") == sg.measures.RECOMPUTE_RESIDUAL
     assert sg.measures.parse("none") == () and sg.measures.parse("auto") is None
     assert sg.measures.parse("channels_last+anchor") == ("channels_last", "anchor")
     assert sg.measures.resolve(("split_wgrad",), conv, False) == ()

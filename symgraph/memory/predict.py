@@ -13,18 +13,27 @@ can predict", has the measurements behind it):
   (data, labels, parameters), aux states, the optimizer's state (SGD with
   momentum 0.9 unless another is named: the step ``xla.training_step``
   compiles), and the forward outputs (not donated, so not aliased).
-- *temp* is the plan of the same graph as XLA sees it, with two changes:
-  1. in training XLA fuses cheap forward ops (activations, elementwise
-     ops, BatchNorm's normalisation) into their consumers and recomputes
+- *temp* is the plan of the same graph as XLA sees it:
+  0. ``identity`` and ``BlockGrad`` are no work and no buffer in XLA: the
+     plan of the graph without them (``without_copies``);
+  1. in training XLA fuses cheap forward ops (activations, BatchNorm's
+     normalisation, elementwise ops) into their consumers and recomputes
      them in the backward from the tensor they read, instead of keeping
      their outputs: the prediction plans the graph with those ops
-     recomputed (``passes.recompute.rewrite``);
+     recomputed (``passes.recompute.rewrite``) -- an op with more than one
+     full-size input (a residual sum) only where it has one reader, as
+     XLA fuses it only then; the recomputed ops read only by an
+     elementwise op or a max pooling's backward are computed inside it and
+     never stored (``_xla_fusion`` with ``_backward_light``);
   2. in training the fused step holds each parameter gradient in temp
      from the backward node that makes it until the update at the end:
      the prediction plans the gradients as internal tensors, where the
      plan keeps them in their own bucket;
-  3. in training, the backward of a stride-1 max pooling holds one padded
-     partial gradient per window offset while it runs (``_workspace``);
+  3. in training, some backward nodes hold a buffer while they run
+     (``_node_workspace``): a convolution's backward the weight in the
+     layout its data gradient reads, a stride-1 max pooling's backward one
+     padded partial gradient per window offset, a strided one its padded
+     input gradient;
   4. in inference, a cheap group read only by one elementwise or injective
      group (or, with channels-last activations, a pooling) is fused into
      it and never stored (``_xla_fusion``); a cheap node with one
@@ -175,7 +184,14 @@ def duplicated(plan):
     return Graph([mapped(e) for e in g.outputs])
 
 
-def _xla_fusion(plan):
+def _backward_light(node) -> bool:
+    """In training: an elementwise or injective op, or a max pooling's
+    backward (it compares its input elementwise with the pooled output)."""
+    return node.op is not None and (node.op.category in ("elementwise", "injective")
+                                    or node.op.name == "_backward_Pooling")
+
+
+def _xla_fusion(plan, light=None):
     """The plan's fusion with each cheap group (BatchNorm, activations,
     elementwise ops) read only by one group of elementwise or injective ops
     or a pooling (a ReLU, a Concat, a max-pool) merged into that group: in inference XLA computes
@@ -199,7 +215,7 @@ def _xla_fusion(plan):
         if n.op is None or fusion.root[i] != i:
             continue
         merged = list(groups.get(i, [i]))
-        if not all(_light(g.nodes[m], pooling) for m in merged):
+        if not all((light or (lambda x: _light(x, pooling)))(g.nodes[m]) for m in merged):
             continue
         for e in n.inputs if len(merged) == 1 else \
                 [e for m in merged for e in g.nodes[m].inputs]:
@@ -233,22 +249,42 @@ def _arena(g, inf, fusion, schedule, external) -> int:
     return arena_mod.arena_plan(live, lb, fallback=both).total
 
 
-def _workspace(plan) -> list:
-    """Bytes XLA holds inside each step of the plan beyond its tensors
-    (``_node_workspace`` of the step's nodes)."""
+def _fused_peak(plan, fusion, external) -> int:
+    """The arena of ``plan``'s graph under ``fusion``, or the bytes live at a
+    step plus its workspace (``_node_workspace``) where that is more."""
+    from ..passes.schedule import schedule as schedule_pass
+    from . import arena as arena_mod
+    from . import planner
+    from .liveness import analyze
     g, inf = plan.graph, plan.inferred
-    return [sum(_node_workspace(g.nodes[nid], inf) for nid in step) for step in plan.steps]
+    steps = schedule_pass(g, fusion, plan.options.get("schedule", "dfs"),
+                          nbytes=lambda eid: entry_nbytes(inf, eid))
+    live = analyze(g, inf, fusion, steps, external)
+    lb, _, _ = planner.lower_bound(live)
+    both = planner.pool_plan(live, "both", inplace=True, match_range=16, parallel_safe=True)
+    total = arena_mod.arena_plan(live, lb, fallback=both).total
+    ws = [sum(_node_workspace(g.nodes[nid], inf) for nid in step) for step in steps]
+    return max([total] + [b + w for b, w in zip(live.live_bytes(), ws) if w])
 
 
 def _node_workspace(n, inf) -> int:
-    """Bytes XLA holds while ``n`` runs beyond its inputs and outputs: the
-    backward of a stride-1 max pooling (the 3x3 pools of Inception blocks)
-    materialises one padded partial gradient per window offset
-    (``ops/nn.py``'s phase sum, which XLA fuses into one loop for strided
-    pools but not for these; measured: GoogLeNet's in4e pool, nine of
-    [8, 16, 16, 528])."""
-    partials, strided = _pool_buffers(n, inf)
-    return partials if not strided else 0
+    """Bytes XLA holds while ``n`` runs beyond its inputs and outputs (the
+    fused training step):
+
+    - a convolution's backward: its weight flipped and transposed for the
+      data gradient (measured: ResNet-18 at batch 8, whose busiest step is
+      in stage 4's backward, holds [3, 3, 512, 512] copies);
+    - a stride-1 max pooling's backward (the 3x3 pools of Inception blocks)
+      materialises one padded partial gradient per window offset
+      (``ops/nn.py``'s phase sum; measured: GoogLeNet's in4e pool, nine of
+      [8, 16, 16, 528]);
+    - a strided one, its input gradient padded (ResNet-18 at batch 32:
+      [32, 64, 114, 114] beside the stem's activations)."""
+    if n.op is not None and n.op.name == "_backward_Convolution" and len(n.inputs) > 2:
+        w = n.inputs[2]  # (output gradient, data, weight)
+        return math.prod(inf.shape(w)) * _itemsize(inf.dtype(w))
+    held, padded = _pool_buffers(n, inf)
+    return held if not padded else padded
 
 
 def _pool_buffers(n, inf) -> tuple:
@@ -282,39 +318,93 @@ def _itemsize(dtype) -> int:
     return np.dtype(dtype).itemsize
 
 
-def predicted_temp(plan) -> tuple:
-    """(bytes, recomputed node names): XLA's temp as the rule predicts it."""
+# ops XLA lowers to no work and no buffer: the value is the input's
+NO_OPS = ("identity", "BlockGrad")
+
+
+def without_copies(g):
+    """``g`` with each ``NO_OPS`` node that is not an output removed, its
+    readers reading its input (MXNet's ResNets start with ``identity`` on
+    the data: a plan stores its output, the size of the data, for the
+    backward of the BatchNorm after it; XLA reads the argument). ``g``
+    itself where there is none."""
+    from ..graph import Graph
+    outs = {(id(e.node), e.index) for e in g.outputs}
+    to: dict = {}
+    for n in g.nodes:
+        if (n.op is not None and n.op.name in NO_OPS and len(n.inputs) == 1
+                and (id(n), 0) not in outs):
+            e = n.inputs[0]
+            to[id(n)] = to.get(id(e.node), e)
+    if not to:
+        return g
+    new: dict = {}
+
+    def mapped(e):
+        if id(e.node) in to:
+            return to[id(e.node)]
+        m = new.get(id(e.node))
+        return e if m is None else Entry(m, e.index)
+
+    for n in g.nodes:
+        if n.op is None or id(n) in to:
+            continue
+        ins = [mapped(e) for e in n.inputs]
+        if any(a != b for a, b in zip(ins, n.inputs)):
+            new[id(n)] = n.with_inputs(ins)
+    return Graph([mapped(e) for e in g.outputs])
+
+
+def _replanned(plan, graph, **kw):
+    """The plan of ``graph``, a rewritten form of ``plan.graph`` with the
+    same variables (not verified: the prediction reads its figures only)."""
     from ..passes.infer import infer_shapes
-    from ..passes.recompute import forward_nodes, rewrite
     g, inf = plan.graph, plan.inferred
-    schedule = plan.options.get("schedule", "dfs")
-    if not plan.train:
-        if not plan.options.get("fuse", True):
-            return plan.internal["arena"], []
-        g2 = duplicated(plan)
-        if g2 is not g:
-            shapes = {n.name: inf.shapes[g.entry_id_of_node(n)] for n in g.variables}
-            dtypes = {n.name: inf.dtypes[g.entry_id_of_node(n)] for n in g.variables}
-            plan = plan.replan(g2, infer_shapes(g2, shapes, dtypes), train=False,
-                               schedule=schedule, verify=False, name=plan.net)
-        return _arena(plan.graph, plan.inferred, _xla_fusion(plan), schedule, ()), []
-    names = [n.name for n in forward_nodes(g, plan.num_forward_outputs) if cheap(n)]
-    g2 = rewrite(g, plan.num_forward_outputs, names)
     shapes = {n.name: inf.shapes[g.entry_id_of_node(n)] for n in g.variables}
     dtypes = {n.name: inf.dtypes[g.entry_id_of_node(n)] for n in g.variables}
-    inf2 = infer_shapes(g2, shapes, dtypes)
+    return plan.replan(graph, infer_shapes(graph, shapes, dtypes), train=plan.train,
+                       num_forward_outputs=plan.num_forward_outputs,
+                       fuse=plan.options.get("fuse", True),
+                       schedule=plan.options.get("schedule", "dfs"), verify=False,
+                       name=plan.net, **kw)
+
+
+def predicted_temp(plan) -> tuple:
+    """(bytes, recomputed node names): XLA's temp as the rule predicts it."""
+    from ..passes.recompute import forward_nodes, rewrite
+    schedule = plan.options.get("schedule", "dfs")
+    if not plan.train and not plan.options.get("fuse", True):
+        return plan.internal["arena"], []
+    g = without_copies(plan.graph)
+    if g is not plan.graph:
+        plan = _replanned(plan, g)
+    if not plan.train:
+        g2 = duplicated(plan)
+        if g2 is not g:
+            plan = _replanned(plan, g2)
+        return _arena(plan.graph, plan.inferred, _xla_fusion(plan), schedule, ()), []
+    fwd = forward_nodes(g, plan.num_forward_outputs)
+    readers: dict = {}
+    for n in fwd:
+        for e in n.inputs:
+            readers[id(e.node)] = readers.get(id(e.node), 0) + 1
+    # XLA recomputes a cheap node in the backward where it would fuse it
+    # into its consumers: one with a single full-size input always; one
+    # with more (a residual sum) only where it has a single reader -- a
+    # ResNet-v2 unit's sum, read by the next unit's BatchNorm and sum, is
+    # kept (and its two addends are not)
+    names = [n.name for n in fwd if cheap(n) and (readers.get(id(n), 0) <= 1
+                                                    or _unary(n, plan.inferred, g))]
+    g2 = rewrite(g, plan.num_forward_outputs, names)
     grads = [g2.entry_id(e) for e in g2.outputs[plan.num_forward_outputs:]]
     # XLA's memory-optimized scheduler runs each parameter's update as soon
     # as its gradient is made (one gradient alive at a time); XLA's default
     # scheduler updates at the end, every gradient alive until then
     early = "scheduler" in _measures(plan)
-    p2 = plan.replan(g2, inf2, train=True, num_forward_outputs=plan.num_forward_outputs,
-                     external=grads if early else (), fuse=plan.options.get("fuse", True),
-                     schedule=schedule, verify=False, name=plan.net)
-    temp = max([p2.internal["arena"]] + [live + ws for live, ws in
-                                         zip(p2.profile, _workspace(p2)) if ws])
+    p2 = _replanned(plan, g2, external=grads if early else ())
+    temp = _fused_peak(p2, _xla_fusion(p2, _backward_light), grads if early else ())
     if early:
-        temp += max((entry_nbytes(inf2, e) for e in grads), default=0)
+        temp += max((entry_nbytes(p2.inferred, e) for e in grads), default=0)
     return temp, names
 
 

@@ -139,7 +139,7 @@ def duplicated(plan):
     convolutions' outputs live until the stage's last unit (measured:
     ResNet-v1-50 at batch 8, stage 1's conv3 and conv1sc outputs live in
     unit 3's sum). ``plan.graph`` itself where nothing is duplicated."""
-    from ..graph import Graph, unique_name
+    from ..graph import unique_name
     g, inf = plan.graph, plan.inferred
     pooling = "channels_last" in _measures(plan)
     readers: dict = {}
@@ -148,38 +148,49 @@ def duplicated(plan):
             readers[(id(e.node), e.index)] = readers.get((id(e.node), e.index), 0) + 1
     outs = {(id(e.node), e.index) for e in g.outputs}
     taken = {n.name for n in g.nodes}
-    new: dict = {}
 
-    def mapped(e):
-        m = new.get(id(e.node))
-        return e if m is None else Entry(m, e.index)
-
-    def inside(e):  # e's value computed inside a consumer's loop
+    def inside(e, mapped):  # e's value computed inside a consumer's loop
         q = e.node
-        ins = [inside(x) if (cheap(x.node) and (id(x.node), x.index) not in outs
-                             and (readers[(id(x.node), x.index)] == 1 or _unary(x.node, inf, g)))
+        ins = [inside(x, mapped) if (cheap(x.node) and (id(x.node), x.index) not in outs
+                                     and (readers[(id(x.node), x.index)] == 1
+                                          or _unary(x.node, inf, g)))
                else mapped(x) for x in q.inputs]
         c = q.with_inputs(ins)
         c.name = unique_name(q.name + "_dup", taken)
         return Entry(c, e.index)
 
-    changed = False
-    for n in g.nodes:
-        if n.op is None:
-            continue
+    def inputs(n, mapped):
         fusible = _light(n, pooling) or cheap(n)
-        ins = []
-        for e in n.inputs:
-            key = (id(e.node), e.index)
-            if (fusible and cheap(e.node) and readers[key] > 1 and key not in outs
-                    and _unary(e.node, inf, g)):
-                ins.append(inside(e))
-                changed = True
-            else:
-                ins.append(mapped(e))
+        return [inside(e, mapped) if (fusible and cheap(e.node) and (id(e.node), e.index)
+                                      not in outs and readers[(id(e.node), e.index)] > 1
+                                      and _unary(e.node, inf, g))
+                else mapped(e) for e in n.inputs]
+    return _remapped(g, inputs)
+
+
+def _remapped(g, inputs, dropped=None):
+    """``g`` with each op node reading ``inputs(node, mapped)`` (``mapped``
+    gives an entry of ``g`` as the new graph has it); the nodes in
+    ``dropped`` (node id -> the entry that stands for its output) are left
+    out, their readers reading that entry. ``g`` itself where nothing
+    changed."""
+    from ..graph import Graph
+    dropped = dropped or {}
+    new: dict = {}
+
+    def mapped(e):
+        if id(e.node) in dropped:
+            return dropped[id(e.node)]
+        m = new.get(id(e.node))
+        return e if m is None else Entry(m, e.index)
+
+    for n in g.nodes:
+        if n.op is None or id(n) in dropped:
+            continue
+        ins = inputs(n, mapped)
         if any(a != b for a, b in zip(ins, n.inputs)):
             new[id(n)] = n.with_inputs(ins)
-    if not changed:
+    if not new and not dropped:
         return g
     return Graph([mapped(e) for e in g.outputs])
 
@@ -328,7 +339,6 @@ def without_copies(g):
     the data: a plan stores its output, the size of the data, for the
     backward of the BatchNorm after it; XLA reads the argument). ``g``
     itself where there is none."""
-    from ..graph import Graph
     outs = {(id(e.node), e.index) for e in g.outputs}
     to: dict = {}
     for n in g.nodes:
@@ -336,23 +346,7 @@ def without_copies(g):
                 and (id(n), 0) not in outs):
             e = n.inputs[0]
             to[id(n)] = to.get(id(e.node), e)
-    if not to:
-        return g
-    new: dict = {}
-
-    def mapped(e):
-        if id(e.node) in to:
-            return to[id(e.node)]
-        m = new.get(id(e.node))
-        return e if m is None else Entry(m, e.index)
-
-    for n in g.nodes:
-        if n.op is None or id(n) in to:
-            continue
-        ins = [mapped(e) for e in n.inputs]
-        if any(a != b for a, b in zip(ins, n.inputs)):
-            new[id(n)] = n.with_inputs(ins)
-    return Graph([mapped(e) for e in g.outputs])
+    return _remapped(g, lambda n, mapped: [mapped(e) for e in n.inputs], to)
 
 
 def _replanned(plan, graph, **kw):

@@ -39,7 +39,10 @@ can predict", has the measurements behind it):
      it and never stored (``_xla_fusion``); a cheap node with one
      full-size input read by such a group and by another consumer too is
      stored for the other and computed again inside the group's loop,
-     with the chain behind it (``duplicated``: ResNet-v1's unit outputs).
+     with the chain behind it (``duplicated``: ResNet-v1's unit outputs);
+     a BatchNorm writes over its input where that dies (not where its loop
+     ends in a pooling of an NCHW program), and a convolution holds a
+     copy of its weight while it runs (``_inference_as_xla_runs``).
 
 A plan that recomputes may run as the staged step (a program per segment,
 train/staged.py), whose figure is a walk over the programs
@@ -349,6 +352,55 @@ def without_copies(g):
     return _remapped(g, lambda n, mapped: [mapped(e) for e in n.inputs], to)
 
 
+def _inference_as_xla_runs(g, nchw):
+    """``g`` (an inference graph) as XLA's CPU program holds it: a
+    BatchNorm is an elementwise loop, whose output XLA writes over its
+    input where that dies (``_INPLACE_BATCHNORM``; measured in ResNet-18's
+    buffer assignment: each BatchNorm+ReLU loop shares its convolution's
+    output buffer), where the plan, as MXNet's, declares no such pair; and
+    a convolution reads its weight through a copy in the layout XLA's CPU
+    convolutions take (HWIO), alive while it runs (ResNet-18 at batch 8:
+    its busiest step holds stage 4's [3, 3, 512, 512] copies)."""
+    from ..graph import Node, unique_name
+    from ..ops.registry import get_op
+    taken = {n.name for n in g.nodes}
+    copy = get_op("identity")
+
+    def inputs(n, mapped):
+        ins = [mapped(e) for e in n.inputs]
+        if n.op.name == "Convolution" and len(ins) > 1:
+            w = Node(copy, unique_name(n.inputs[1].node.name + "_hwio", taken), {}, [ins[1]])
+            ins[1] = Entry(w, 0)
+        return ins
+    g2 = _remapped(g, inputs)
+    readers: dict = {}
+    for n in g2.nodes:
+        for e in n.inputs:
+            readers.setdefault(id(e.node), []).append(n)
+
+    def into_pooling(n):  # its loop ends in a pooling's layout change
+        rs = readers.get(id(n), [])
+        return any(r.op.name == "Pooling" or (cheap(r) and into_pooling(r)) for r in rs)
+    for n in g2.nodes:
+        if n.op is not None and n.op.name == "BatchNorm" and not (nchw and into_pooling(n)):
+            n.op = _inplace_batchnorm()
+    return g2
+
+
+_INPLACE_BATCHNORM = []
+
+
+def _inplace_batchnorm():
+    """BatchNorm's op with its output allowed over its data input: the
+    prediction's view of XLA's inference loop, never registered."""
+    if not _INPLACE_BATCHNORM:
+        import dataclasses
+
+        from ..ops.registry import get_op
+        _INPLACE_BATCHNORM.append(dataclasses.replace(get_op("BatchNorm"), inplace=[(0, 0)]))
+    return _INPLACE_BATCHNORM[0]
+
+
 def _replanned(plan, graph, **kw):
     """The plan of ``graph``, a rewritten form of ``plan.graph`` with the
     same variables (not verified: the prediction reads its figures only)."""
@@ -373,9 +425,8 @@ def predicted_temp(plan) -> tuple:
     if g is not plan.graph:
         plan = _replanned(plan, g)
     if not plan.train:
-        g2 = duplicated(plan)
-        if g2 is not g:
-            plan = _replanned(plan, g2)
+        nchw = "channels_last" not in _measures(plan)
+        plan = _replanned(plan, _inference_as_xla_runs(duplicated(plan), nchw))
         return _arena(plan.graph, plan.inferred, _xla_fusion(plan), schedule, ()), []
     fwd = forward_nodes(g, plan.num_forward_outputs)
     readers: dict = {}

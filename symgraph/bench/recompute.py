@@ -527,15 +527,16 @@ def chart(res: dict, path: str) -> None:
                    and p["xla_footprint"]]
             if pts:
                 ax.plot(*zip(*sorted(pts)), "o-", label=f"symgraph {alg}")
-        ck = [(c["xla_footprint"] / base, c["step_ratio_to_symgraph"]) for c in row["checkpoint"]
-              if c["xla_footprint"] and c["step_ratio_to_symgraph"]]
-        for (x, y), c in zip(ck, row["checkpoint"]):
-            ax.plot([x], [y], "s", label=f"jax {c['policy']}")
+        for c in row["checkpoint"]:
+            if c["xla_footprint"] and c["step_ratio_to_symgraph"]:
+                ax.plot([c["xla_footprint"] / base], [c["step_ratio_to_symgraph"]], "s",
+                        label=f"jax {c['policy']}")
         ax.set_title(f"{row['net']} batch {row['batch']}")
         ax.set_xlabel("XLA footprint / no recompute")
         ax.set_ylabel("step time / no recompute")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # a quick run may time nothing
+            ax.legend(fontsize=7)
     fig.tight_layout()
     with atomic_open(path, "wb") as f:
         fig.savefig(f, format="png", dpi=100)

@@ -56,6 +56,8 @@ smaller of the two for such a plan, as a Module under a budget does.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -127,8 +129,9 @@ def _unary(node, inf, g) -> bool:
     return sum(math.prod(inf.shapes[g.entry_id(e)]) >= size for e in node.inputs) <= 1
 
 
-def duplicated(plan):
-    """The inference graph as XLA fuses it, with the cheap work it
+def duplicated(g, inf, pooling: bool):
+    """The inference graph ``g`` (shapes ``inf``; ``pooling``: activations
+    channels-last, so a pooling fuses its input's loop) as XLA fuses it, with the cheap work it
     duplicates spelled out: a cheap node (BatchNorm, activation, elementwise)
     that reads at most one full-size input (``_unary``) is computed again
     inside the loop of each elementwise or injective consumer (or, with
@@ -141,10 +144,8 @@ def duplicated(plan):
     to the stage's first unit -- in the next sum's loop, so those
     convolutions' outputs live until the stage's last unit (measured:
     ResNet-v1-50 at batch 8, stage 1's conv3 and conv1sc outputs live in
-    unit 3's sum). ``plan.graph`` itself where nothing is duplicated."""
+    unit 3's sum). ``g`` itself where nothing is duplicated."""
     from ..graph import unique_name
-    g, inf = plan.graph, plan.inferred
-    pooling = "channels_last" in _measures(plan)
     readers: dict = {}
     for n in g.nodes:
         for e in n.inputs:
@@ -162,18 +163,24 @@ def duplicated(plan):
         c.name = unique_name(q.name + "_dup", taken)
         return Entry(c, e.index)
 
-    def inputs(n, mapped):
+    def rebuild(n, mapped):
         fusible = _light(n, pooling) or cheap(n)
-        return [inside(e, mapped) if (fusible and cheap(e.node) and (id(e.node), e.index)
-                                      not in outs and readers[(id(e.node), e.index)] > 1
-                                      and _unary(e.node, inf, g))
-                else mapped(e) for e in n.inputs]
-    return _remapped(g, inputs)
+        return _rebuilt(n, [inside(e, mapped) if (fusible and cheap(e.node) and (id(e.node), e.index)
+                                                  not in outs and readers[(id(e.node), e.index)] > 1
+                                                  and _unary(e.node, inf, g))
+                            else mapped(e) for e in n.inputs])
+    return _remapped(g, rebuild)
 
 
-def _remapped(g, inputs, dropped=None):
-    """``g`` with each op node reading ``inputs(node, mapped)`` (``mapped``
-    gives an entry of ``g`` as the new graph has it); the nodes in
+def _rebuilt(n, ins):
+    """``n`` reading ``ins``: ``n`` itself where those are its inputs."""
+    return n if all(a == b for a, b in zip(ins, n.inputs)) else n.with_inputs(ins)
+
+
+def _remapped(g, rebuild, dropped=None):
+    """``g`` with each op node replaced by ``rebuild(node, mapped)`` (``mapped``
+    gives an entry of ``g`` as the new graph has it; the node itself where
+    nothing changes, never a node of ``g`` changed in place); the nodes in
     ``dropped`` (node id -> the entry that stands for its output) are left
     out, their readers reading that entry. ``g`` itself where nothing
     changed."""
@@ -190,9 +197,9 @@ def _remapped(g, inputs, dropped=None):
     for n in g.nodes:
         if n.op is None or id(n) in dropped:
             continue
-        ins = inputs(n, mapped)
-        if any(a != b for a, b in zip(ins, n.inputs)):
-            new[id(n)] = n.with_inputs(ins)
+        c = rebuild(n, mapped)
+        if c is not n:
+            new[id(n)] = c
     if not new and not dropped:
         return g
     return Graph([mapped(e) for e in g.outputs])
@@ -217,6 +224,7 @@ def _xla_fusion(plan, light=None):
     # measured: with channels-last activations XLA fuses BatchNorm and ReLU
     # into the max-pool's window loop; in NCHW it stores their output
     pooling = "channels_last" in _measures(plan)
+    light = light or (lambda x: _light(x, pooling))
     nid = {id(n): i for i, n in enumerate(g.nodes)}
     readers = {}
     for i, n in enumerate(g.nodes):
@@ -229,7 +237,7 @@ def _xla_fusion(plan, light=None):
         if n.op is None or fusion.root[i] != i:
             continue
         merged = list(groups.get(i, [i]))
-        if not all((light or (lambda x: _light(x, pooling)))(g.nodes[m]) for m in merged):
+        if not all(light(g.nodes[m]) for m in merged):
             continue
         for e in n.inputs if len(merged) == 1 else \
                 [e for m in merged for e in g.nodes[m].inputs]:
@@ -250,22 +258,10 @@ def _xla_fusion(plan, light=None):
     return Fusion(g, tuple(root), tuple(tuple(v) for v in groups.values()))
 
 
-def _arena(g, inf, fusion, schedule, external) -> int:
-    """The arena plan's bytes for a graph under a given fusion."""
-    from ..passes.schedule import schedule as schedule_pass
-    from . import arena as arena_mod
-    from . import planner
-    from .liveness import analyze
-    steps = schedule_pass(g, fusion, schedule, nbytes=lambda eid: entry_nbytes(inf, eid))
-    live = analyze(g, inf, fusion, steps, external)
-    lb, _, _ = planner.lower_bound(live)
-    both = planner.pool_plan(live, "both", inplace=True, match_range=16, parallel_safe=True)
-    return arena_mod.arena_plan(live, lb, fallback=both).total
-
-
-def _fused_peak(plan, fusion, external) -> int:
+def _peak(plan, fusion, external) -> int:
     """The arena of ``plan``'s graph under ``fusion``, or the bytes live at a
-    step plus its workspace (``_node_workspace``) where that is more."""
+    step plus its workspace (``_node_workspace``: backward nodes only) where
+    that is more."""
     from ..passes.schedule import schedule as schedule_pass
     from . import arena as arena_mod
     from . import planner
@@ -349,7 +345,7 @@ def without_copies(g):
                 and (id(n), 0) not in outs):
             e = n.inputs[0]
             to[id(n)] = to.get(id(e.node), e)
-    return _remapped(g, lambda n, mapped: [mapped(e) for e in n.inputs], to)
+    return _remapped(g, lambda n, mapped: _rebuilt(n, [mapped(e) for e in n.inputs]), to)
 
 
 def _inference_as_xla_runs(g, nchw):
@@ -365,50 +361,50 @@ def _inference_as_xla_runs(g, nchw):
     from ..ops.registry import get_op
     taken = {n.name for n in g.nodes}
     copy = get_op("identity")
-
-    def inputs(n, mapped):
-        ins = [mapped(e) for e in n.inputs]
-        if n.op.name == "Convolution" and len(ins) > 1:
-            w = Node(copy, unique_name(n.inputs[1].node.name + "_hwio", taken), {}, [ins[1]])
-            ins[1] = Entry(w, 0)
-        return ins
-    g2 = _remapped(g, inputs)
     readers: dict = {}
-    for n in g2.nodes:
+    for n in g.nodes:
         for e in n.inputs:
             readers.setdefault(id(e.node), []).append(n)
 
     def into_pooling(n):  # its loop ends in a pooling's layout change
-        rs = readers.get(id(n), [])
-        return any(r.op.name == "Pooling" or (cheap(r) and into_pooling(r)) for r in rs)
-    for n in g2.nodes:
-        if n.op is not None and n.op.name == "BatchNorm" and not (nchw and into_pooling(n)):
-            n.op = _inplace_batchnorm()
-    return g2
+        return any(r.op.name == "Pooling" or (cheap(r) and into_pooling(r))
+                   for r in readers.get(id(n), []))
+
+    def rebuild(n, mapped):
+        ins = [mapped(e) for e in n.inputs]
+        if n.op.name == "Convolution" and len(ins) > 1:
+            w = Node(copy, unique_name(n.inputs[1].node.name + "_hwio", taken), {}, [ins[1]])
+            ins[1] = Entry(w, 0)
+        if n.op.name == "BatchNorm" and not (nchw and into_pooling(n)):
+            c = n.with_inputs(ins)  # a copy: the plan's own node keeps its op
+            c.op = _inplace_batchnorm()
+            return c
+        return _rebuilt(n, ins)
+    return _remapped(g, rebuild)
 
 
-_INPLACE_BATCHNORM = []
-
-
+@functools.cache
 def _inplace_batchnorm():
     """BatchNorm's op with its output allowed over its data input: the
     prediction's view of XLA's inference loop, never registered."""
-    if not _INPLACE_BATCHNORM:
-        import dataclasses
+    from ..ops.registry import get_op
+    return dataclasses.replace(get_op("BatchNorm"), inplace=[(0, 0)])
 
-        from ..ops.registry import get_op
-        _INPLACE_BATCHNORM.append(dataclasses.replace(get_op("BatchNorm"), inplace=[(0, 0)]))
-    return _INPLACE_BATCHNORM[0]
+
+def _inferred(plan, graph):
+    """Shapes and dtypes of ``graph``, a rewritten form of ``plan.graph``
+    with the same variables."""
+    from ..passes.infer import infer_shapes
+    g, inf = plan.graph, plan.inferred
+    shapes = {n.name: inf.shapes[g.entry_id_of_node(n)] for n in g.variables}
+    dtypes = {n.name: inf.dtypes[g.entry_id_of_node(n)] for n in g.variables}
+    return infer_shapes(graph, shapes, dtypes)
 
 
 def _replanned(plan, graph, **kw):
     """The plan of ``graph``, a rewritten form of ``plan.graph`` with the
     same variables (not verified: the prediction reads its figures only)."""
-    from ..passes.infer import infer_shapes
-    g, inf = plan.graph, plan.inferred
-    shapes = {n.name: inf.shapes[g.entry_id_of_node(n)] for n in g.variables}
-    dtypes = {n.name: inf.dtypes[g.entry_id_of_node(n)] for n in g.variables}
-    return plan.replan(graph, infer_shapes(graph, shapes, dtypes), train=plan.train,
+    return plan.replan(graph, _inferred(plan, graph), train=plan.train,
                        num_forward_outputs=plan.num_forward_outputs,
                        fuse=plan.options.get("fuse", True),
                        schedule=plan.options.get("schedule", "dfs"), verify=False,
@@ -418,16 +414,14 @@ def _replanned(plan, graph, **kw):
 def predicted_temp(plan) -> tuple:
     """(bytes, recomputed node names): XLA's temp as the rule predicts it."""
     from ..passes.recompute import forward_nodes, rewrite
-    schedule = plan.options.get("schedule", "dfs")
     if not plan.train and not plan.options.get("fuse", True):
         return plan.internal["arena"], []
     g = without_copies(plan.graph)
-    if g is not plan.graph:
-        plan = _replanned(plan, g)
+    inf = plan.inferred if g is plan.graph else _inferred(plan, g)
     if not plan.train:
-        nchw = "channels_last" not in _measures(plan)
-        plan = _replanned(plan, _inference_as_xla_runs(duplicated(plan), nchw))
-        return _arena(plan.graph, plan.inferred, _xla_fusion(plan), schedule, ()), []
+        pooling = "channels_last" in _measures(plan)
+        p2 = _replanned(plan, _inference_as_xla_runs(duplicated(g, inf, pooling), not pooling))
+        return _peak(p2, _xla_fusion(p2), ()), []
     fwd = forward_nodes(g, plan.num_forward_outputs)
     readers: dict = {}
     for n in fwd:
@@ -439,7 +433,7 @@ def predicted_temp(plan) -> tuple:
     # ResNet-v2 unit's sum, read by the next unit's BatchNorm and sum, is
     # kept (and its two addends are not)
     names = [n.name for n in fwd if cheap(n) and (readers.get(id(n), 0) <= 1
-                                                    or _unary(n, plan.inferred, g))]
+                                                    or _unary(n, inf, g))]
     g2 = rewrite(g, plan.num_forward_outputs, names)
     grads = [g2.entry_id(e) for e in g2.outputs[plan.num_forward_outputs:]]
     # XLA's memory-optimized scheduler runs each parameter's update as soon
@@ -447,7 +441,7 @@ def predicted_temp(plan) -> tuple:
     # scheduler updates at the end, every gradient alive until then
     early = "scheduler" in _measures(plan)
     p2 = _replanned(plan, g2, external=grads if early else ())
-    temp = _fused_peak(p2, _xla_fusion(p2, _backward_light), grads if early else ())
+    temp = _peak(p2, _xla_fusion(p2, _backward_light), grads if early else ())
     if early:
         temp += max((entry_nbytes(p2.inferred, e) for e in grads), default=0)
     return temp, names

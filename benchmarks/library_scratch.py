@@ -305,7 +305,7 @@ def main(argv=None) -> int:
 
     import jax
 
-    from symgraph.util import atomic_write_text
+    from symgraph.bench.common import write_results
     specs = [{"case": name, **CASES[name], "n": n, "layout": lay, "part": part}
              for name in cases for n in batches for lay in layouts for part in parts
              if not (part == "dgrad" and CASES[name]["stride"] > 1 and not args.strided_dgrad)]
@@ -347,9 +347,7 @@ def main(argv=None) -> int:
            "chain_repeats": args.chain_repeats, "ruled_rows": len(errors),
            "max_abs_error": max(map(abs, errors)) if errors else 0,
            "mean_error": sum(errors) / len(errors) if errors else 0, "rows": rows}
-    os.makedirs(args.out, exist_ok=True)
-    atomic_write_text(os.path.join(args.out, "results.json"), json.dumps(res, indent=1))
-    atomic_write_text(os.path.join(args.out, "results.md"), markdown(res))
+    write_results(args.out, res, markdown(res))
     print(markdown(res))
     return 0
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import sys
 
@@ -112,7 +111,7 @@ def main(argv=None) -> int:
 
     import jax
 
-    from symgraph.util import atomic_write_text
+    from symgraph.bench.common import write_results
     sets = _sets(args.sets)
     rows = []
     for name in args.nets.split(","):
@@ -128,9 +127,7 @@ def main(argv=None) -> int:
            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "jax": jax.__version__,
            "batch": args.batch, "time_batch": args.time_batch, "rounds": args.rounds,
            "sets": [measures.label(ms) for ms in sets], "rows": rows}
-    os.makedirs(args.out, exist_ok=True)
-    atomic_write_text(os.path.join(args.out, "results.json"), json.dumps(res, indent=1))
-    atomic_write_text(os.path.join(args.out, "results.md"), markdown(res))
+    write_results(args.out, res, markdown(res))
     print(markdown(res))
     return 0
 

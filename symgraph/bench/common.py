@@ -3,6 +3,7 @@ a benchmark that cannot run raises. Kept apart from the ``symgraph bench``
 command (``bench/__init__.py``), which imports the benchmarks."""
 from __future__ import annotations
 
+import json
 import os
 
 from ..errors import SymgraphError
@@ -19,3 +20,12 @@ def default_out(name: str, quick: bool = False) -> str:
     (``NAME-quick``) under the current folder -- never the committed
     results, which only an explicit ``--out`` replaces."""
     return os.path.join(RESULTS_ROOT, f"{name}-quick" if quick else name)
+
+
+def write_results(out: str, res: dict, markdown: str) -> None:
+    """``results.json`` (``res``) and ``results.md`` (``markdown``) under
+    ``out``, made if missing, each written atomically."""
+    from ..util import atomic_write_text
+    os.makedirs(out, exist_ok=True)
+    atomic_write_text(os.path.join(out, "results.json"), json.dumps(res, indent=1))
+    atomic_write_text(os.path.join(out, "results.md"), markdown)

@@ -85,8 +85,8 @@ RECOMPUTE_RESIDUAL = ("channels_last", "scheduler", "anchor")
 def recompute_measures(measures: tuple, backend: str | None = None) -> tuple:
     """The rule's measure set for a training program that recomputes: on the
     CPU, ``RECOMPUTE_RESIDUAL`` for residual conv nets (deep ones too),
-    ``anchor`` added to
-    any other set; unchanged elsewhere (not measured on a GPU)."""
+    ``anchor`` added to any other set; unchanged elsewhere (not measured on
+    a GPU)."""
     if (backend or jax.default_backend()) != "cpu":
         return tuple(measures)
     if tuple(measures) in (CPU_RESIDUAL, CPU_DEEP_RESIDUAL_TRAIN):
@@ -127,8 +127,8 @@ def default_measures(graph: Graph, train: bool, backend: str | None = None) -> t
     CPU convolutions make), or ``CPU_RESIDUAL`` when activations are added
     (residual shortcuts: channels-last slows those down) --
     ``CPU_DEEP_RESIDUAL_TRAIN`` in training with more than
-    ``DEEP_RESIDUAL_ADDS`` of them; other graphs
-    (MLPs, sequence models) need none.
+    ``DEEP_RESIDUAL_ADDS`` of them; other graphs (MLPs, sequence models)
+    need none.
     On a GPU none: XLA's GPU backend chooses convolution layouts itself and
     has no scheduler option of the CPU's kind (docs/memory.md, "On a GPU")."""
     backend = backend or jax.default_backend()

@@ -24,15 +24,18 @@ from .passes.recompute import RECOMPUTE_ATTR
 class LowerCtx:
     """What an op's lowering may know besides its inputs."""
 
-    __slots__ = ("is_train", "_key", "node_name", "wgrad_chunks")
+    __slots__ = ("is_train", "_key", "node_name", "wgrad_chunks", "wgrad_first")
 
-    def __init__(self, is_train: bool, key=None, node_name: str = "", wgrad_chunks: int = 1):
+    def __init__(self, is_train: bool, key=None, node_name: str = "", wgrad_chunks: int = 1,
+                 wgrad_first: bool = False):
         self.is_train = is_train
         self._key = key
         self.node_name = node_name
-        # > 1: weight gradients summed over this many batch slices (set only
-        # for the backward nodes of ops declaring ``split_wgrad``)
+        # > 1: weight gradients summed over this many batch slices; True:
+        # the weight gradient before the data gradient (both set only for
+        # the backward nodes of ops declaring ``split_wgrad``)
         self.wgrad_chunks = wgrad_chunks
+        self.wgrad_first = wgrad_first
 
     def rng(self):
         """A PRNG key private to this node (derived from the node's name)."""
@@ -48,13 +51,23 @@ class LowerCtx:
         gradient from batch-minor copies of x and dy, and one slice's copies
         at a time are 1/k the size (the ``split_wgrad`` memory measure,
         symgraph/xla/). Unrolled: inside a ``lax.scan`` loop the training
-        step of a small ResNet ran 3-15x slower on XLA's CPU backend."""
+        step of a small ResNet ran 3-15x slower on XLA's CPU backend.
+        With ``wgrad_first`` the weight gradient comes first and the data
+        gradient's ``dy`` is tied to it (the ``wgrad_first`` measure): the
+        batch-minor copies die before dx is allocated."""
+        if not self.wgrad_first:
+            _, vjp_x = jax.vjp(lambda x: f(x, w), x)
+            return vjp_x(dy)[0], self._weight_grad(f, x, w, dy)
+        dw = self._weight_grad(f, x, w, dy)
+        s = _anchor_scalar(dw)
         _, vjp_x = jax.vjp(lambda x: f(x, w), x)
-        dx, = vjp_x(dy)
+        return vjp_x(dy if s is None else _add_scalar(dy, s))[0], dw
+
+    def _weight_grad(self, f, x, w, dy):
         k, n = self.wgrad_chunks, x.shape[0]
         if k <= 1 or n % k:
             _, vjp_w = jax.vjp(lambda w: f(x, w), w)
-            return dx, vjp_w(dy)[0]
+            return vjp_w(dy)[0]
         m, dw = n // k, None
         for i in range(k):
             xs, ds = x[i * m:(i + 1) * m], dy[i * m:(i + 1) * m]
@@ -63,7 +76,7 @@ class LowerCtx:
             _, vjp_w = jax.vjp(lambda w: f(xs, w), w)
             g = vjp_w(ds)[0]
             dw = g if dw is None else dw + g
-        return dx, dw
+        return dw
 
 
 class Interpreter:
@@ -152,7 +165,7 @@ class JaxInterpreter(Interpreter):
     """Evaluates each node with its op's JAX lowering; collects aux updates."""
 
     def __init__(self, graph: Graph, is_train: bool, key=None, anchor: str | None = None,
-                 wgrad_chunks: int = 1):
+                 wgrad_chunks: int = 1, wgrad_first: bool = False):
         super().__init__(graph)
         if anchor is not None and anchor not in ANCHORS:
             raise SymgraphError(f"anchor={anchor!r}; use None or one of "
@@ -163,6 +176,7 @@ class JaxInterpreter(Interpreter):
         self.key = key
         self.anchor = anchor
         self.wgrad_chunks = wgrad_chunks
+        self.wgrad_first = wgrad_first
         self.aux_updates: dict[str, object] = {}
         self._clones = _CloneAnchors(graph)
 
@@ -206,11 +220,12 @@ class JaxInterpreter(Interpreter):
         """``lowering(params, ctx, *inputs)`` for ``node``: its outputs as a
         list, aux updates collected, errors naming the node."""
         fwd = node.op.forward  # set for backward ops: the op facts below are its
-        chunks = self.wgrad_chunks if fwd is not None and fwd.split_wgrad else 1
+        wgrad = fwd is not None and fwd.split_wgrad
         # a recompute clone draws the random numbers of the node it repeats
         # (a recomputed Dropout drops the same units)
         original = node.attrs.get(RECOMPUTE_ATTR)
-        ctx = LowerCtx(self.is_train, self.key, original or node.name, chunks)
+        ctx = LowerCtx(self.is_train, self.key, original or node.name,
+                       self.wgrad_chunks if wgrad else 1, wgrad and self.wgrad_first)
         if len(inputs) > 1 and _anchored(self.anchor, fwd):
             inputs = tie_to_first(inputs)
         try:
@@ -356,7 +371,7 @@ def _anchored(anchor: str | None, fwd) -> bool:
 
 
 def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
-          wgrad_chunks: int = 1):
+          wgrad_chunks: int = 1, wgrad_first: bool = False):
     """Graph -> pure function ``f(feeds, key) -> (outputs, aux_updates)``.
 
     ``feeds`` maps variable names (and optionally ``entry_key``s of inner
@@ -369,13 +384,15 @@ def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
     ``wgrad_chunks=k`` sums the weight gradients of ops declaring
     ``split_wgrad`` (Convolution and Deconvolution) over k batch slices, one after the other, so the
     batch-minor copies XLA's CPU convolutions make for them are 1/k the
-    size.
+    size; ``wgrad_first`` computes those ops' weight gradients before
+    their data gradients, so the copies are gone before the data gradient
+    is allocated.
     """
     # channels-last programs are lowered from passes.layout's rewrite
     # (measures.lower_measured): the graph says where values change layout
 
     def fn(feeds, key=None):
-        interp = JaxInterpreter(graph, is_train, key, anchor, wgrad_chunks)
+        interp = JaxInterpreter(graph, is_train, key, anchor, wgrad_chunks, wgrad_first)
         outs = interp.run(feeds)
         return outs, interp.aux_updates
     return fn

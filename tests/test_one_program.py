@@ -98,6 +98,10 @@ def test_default_measures_rule():
     assert sg.measures.default_measures(deep, False, "cpu") == sg.measures.CPU_RESIDUAL
     assert sg.measures.recompute_measures(sg.measures.default_measures(deep, True, "cpu"),
                                           "cpu") == sg.measures.RECOMPUTE_RESIDUAL
+    # other conv nets that recompute take the weight gradient first
+    assert sg.measures.recompute_measures(sg.measures.CPU_TRAIN, "cpu") == \
+        sg.measures.CPU_TRAIN + ("wgrad_first",)
+    assert sg.measures.resolve(("wgrad_first", "anchor"), conv, False) == ("anchor",)
     assert sg.measures.parse("none") == () and sg.measures.parse("auto") is None
     assert sg.measures.parse("channels_last+anchor") == ("channels_last", "anchor")
     assert sg.measures.resolve(("split_wgrad",), conv, False) == ()

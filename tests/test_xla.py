@@ -5,6 +5,7 @@ import os
 
 import jax
 import jax.numpy as jnp
+from jax.extend.core import Literal
 import numpy as np
 import pytest
 
@@ -347,8 +348,36 @@ def test_split_weight_gradient_is_the_whole_one(op, i, sample, batch):
         _close(split(feeds, key), ref, rtol=1e-12, atol=1e-12)
         whole = lower(gr, True)
         assert convolutions(split) == convolutions(whole) + (batch % 2 == 0)
+        for chunks in (1, 2):  # the wgrad_first measure, alone and with split_wgrad
+            first = lower(gr, True, wgrad_chunks=chunks, wgrad_first=True)
+            _close(first(feeds, key), ref, rtol=1e-12, atol=1e-12)
+    # wgrad_first: the data gradient is the last convolution and is tied
+    # to the weight gradient; the plain lowering computes it first
+    shape = {v.name: inf.shapes[g.entry_id_of_node(v)] for v in g.variables}
+    assert _data_grad_after_weight_grad(lower(g, True, wgrad_first=True), feeds, key,
+                                        shape["in_data"], shape["in_weight"])
+    assert not _data_grad_after_weight_grad(lower(g, True), feeds, key,
+                                            shape["in_data"], shape["in_weight"])
     with pytest.raises(SymgraphError, match="wgrad_chunks=0"):
         lower(g, True, wgrad_chunks=0)(feeds, key)
+
+
+def _data_grad_after_weight_grad(fn, feeds, key, x_shape, w_shape) -> bool:
+    """Whether the last convolution of ``fn``'s program gives a value of
+    ``x_shape``'s size computed from a convolution result of ``w_shape``'s
+    size (a Deconvolution's weight gradient is transposed after)."""
+    eqns = jax.make_jaxpr(fn)(feeds, key).jaxpr.eqns
+    from_wgrad = set()  # variables computed from a weight-gradient convolution
+    last = None
+    for e in eqns:
+        tied = any(not isinstance(v, Literal) and v in from_wgrad for v in e.invars)
+        conv = e.primitive.name == "conv_general_dilated"
+        size = int(np.prod(e.outvars[0].aval.shape))
+        if conv:
+            last = (size, tied)
+        if tied or (conv and size == int(np.prod(w_shape))):
+            from_wgrad.update(e.outvars)
+    return last == (int(np.prod(x_shape)), True)
 
 
 def test_channels_last_lowering_of_a_net():

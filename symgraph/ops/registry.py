@@ -244,7 +244,9 @@ class OpDef:
         op's backward node to its incoming gradient (layers with a weight).
     split_wgrad: this op's backward computes its weight gradient with
         ``ctx.linear_grads``, which the ``wgrad_chunks`` measure sums over
-        batch slices; the lowering sets ``ctx.wgrad_chunks`` for it only.
+        batch slices and the ``wgrad_first`` measure computes before the
+        data gradient; the lowering sets ``ctx.wgrad_chunks`` and
+        ``ctx.wgrad_first`` for it only.
     forward: a backward op's forward op (``register_backward`` sets it).
     backward_io(p) -> (ograds, ins, outs, grads): for a backward op, the
         forward output indices whose gradients it reads, the forward input

@@ -21,6 +21,10 @@ The measures (docs/memory.md, "Plan vs XLA", has the measured effect of each):
   it: convolutions channels-last and the ops after them following, so
   XLA's CPU convolutions need no transposed copy of the activations
   (inputs and outputs stay NCHW; the transposes are graph nodes).
+- ``single_op``: XLA's CPU backend hands YNNPACK one convolution or dot
+  per call (a compiler option; ``channels_last`` implies it), so no
+  library call runs a chain of them with buffers ``memory_analysis()``
+  does not see.
 - ``split_wgrad``: the weight gradient of each convolution is the sum over
   the batch's two halves, the second tied to the first, so one half's
   batch-minor copies are alive at a time. Training only.
@@ -36,8 +40,8 @@ import jax
 from .errors import SymgraphError
 from .graph import Graph
 
-MEASURES = ("scheduler", "anchor", "anchor_weights", "channels_last", "split_wgrad",
-            "wgrad_first")
+MEASURES = ("scheduler", "anchor", "anchor_weights", "channels_last", "single_op",
+            "split_wgrad", "wgrad_first")
 # split_wgrad's batch slices (halves: quarters did no better on the small
 # test nets, and worse on the Inception-like one)
 WGRAD_CHUNKS = 2
@@ -60,6 +64,15 @@ SINGLE_OP_FUSIONS = {"xla_cpu_experimental_ynn_fusion_type":
 CPU_TRAIN = ("channels_last", "anchor")
 CPU_INFER = ("channels_last", "scheduler")
 CPU_RESIDUAL = ("scheduler",)
+# Residual nets' inference asks YNNPACK for one convolution per call: left
+# to itself it ran a ResNet's last stage as one library call, which takes
+# every weight of the stage in its convolution layout at once and keeps
+# its intermediates out of XLA's figure (resnet-cifar-20 at batch 8:
+# footprint 3.21 -> 2.65 MiB; ResNet-18 at batch 4: 89.7 -> 71.4 MiB,
+# the prediction's figure in both; ResNet-18 at batch 8 and ResNet-50
+# unchanged). Not in training: there the single calls held more than the
+# chains did (ResNet-50 at batch 8: 540 -> 563 MiB).
+CPU_RESIDUAL_INFER = ("scheduler", "single_op")
 # Deep residual nets train with the anchor under XLA's default scheduler:
 # on them the memory-optimized scheduler moves backward work that needs no
 # gradient (a BatchNorm backward's normalised input, a ReLU recomputed for a
@@ -118,7 +131,8 @@ TRAIN_CANDIDATES = ((), ("scheduler",), ("anchor",), ("anchor_weights",),
                     ("channels_last", "split_wgrad", "anchor"),
                     ("channels_last", "split_wgrad", "anchor_weights"),
                     ("channels_last", "split_wgrad", "scheduler"))
-INFER_CANDIDATES = ((), ("scheduler",), ("channels_last",), ("channels_last", "scheduler"))
+INFER_CANDIDATES = ((), ("scheduler",), ("scheduler", "single_op"), ("channels_last",),
+                    ("channels_last", "scheduler"))
 
 
 class MeasureError(SymgraphError):
@@ -140,8 +154,9 @@ def default_measures(graph: Graph, train: bool, backend: str | None = None) -> t
 
     On the CPU, graphs with 2-D convolutions get ``CPU_TRAIN`` /
     ``CPU_INFER`` (the layout and anchor measures are about the copies XLA's
-    CPU convolutions make), or ``CPU_RESIDUAL`` when activations are added
-    (residual shortcuts: channels-last slows those down) --
+    CPU convolutions make), or ``CPU_RESIDUAL`` / ``CPU_RESIDUAL_INFER``
+    when activations are added (residual shortcuts: channels-last slows
+    those down) --
     ``CPU_DEEP_RESIDUAL_TRAIN`` in training with more than
     ``DEEP_RESIDUAL_ADDS`` of them; other graphs (MLPs, sequence models)
     need none.
@@ -154,7 +169,7 @@ def default_measures(graph: Graph, train: bool, backend: str | None = None) -> t
     if adds > DEEP_RESIDUAL_ADDS and train:
         return CPU_DEEP_RESIDUAL_TRAIN
     if adds:
-        return CPU_RESIDUAL
+        return CPU_RESIDUAL if train else CPU_RESIDUAL_INFER
     return CPU_TRAIN if train else CPU_INFER
 
 
@@ -219,7 +234,7 @@ def compiler_options(measures, backend: str | None = None) -> dict:
         return {}
     ms = set(measures)
     opts = dict(SCHEDULER_OPTIONS) if "scheduler" in ms else {}
-    if "channels_last" in ms:
+    if "channels_last" in ms or "single_op" in ms:
         opts.update(SINGLE_OP_FUSIONS)
     return opts
 

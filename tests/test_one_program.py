@@ -95,7 +95,9 @@ def test_default_measures_rule():
     deep = Graph(y.outputs)
     assert sg.measures.default_measures(deep, True, "cpu") == \
         sg.measures.CPU_DEEP_RESIDUAL_TRAIN
-    assert sg.measures.default_measures(deep, False, "cpu") == sg.measures.CPU_RESIDUAL
+    assert sg.measures.default_measures(deep, False, "cpu") == sg.measures.CPU_RESIDUAL_INFER
+    assert sg.measures.compiler_options(sg.measures.CPU_RESIDUAL_INFER, "cpu") == \
+        {**sg.measures.SCHEDULER_OPTIONS, **sg.measures.SINGLE_OP_FUSIONS}
     assert sg.measures.recompute_measures(sg.measures.default_measures(deep, True, "cpu"),
                                           "cpu") == sg.measures.RECOMPUTE_RESIDUAL
     # other conv nets that recompute take the weight gradient first

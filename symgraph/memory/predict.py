@@ -53,12 +53,20 @@ measures its layout transposes, the loops XLA fuses, a max pool's backward
 partials and a convolution's batch-minor copies).
 ``predict_program`` -- what ``Plan.predicted`` reports -- takes the
 smaller of the two for such a plan, as a Module under a budget does.
+
+On the CPU the *resident* memory a fresh run touches is that figure plus
+what XLA's convolution library (YNNPACK) allocates outside XLA's buffers
+while a call runs (``library_bytes``): a packed copy of the weight and a
+padded copy of the input, one per worker thread for wide convolutions,
+freed after each call -- the largest call's, as one malloc arena reuses
+the pages (glibc's per-thread arenas may hold up to about three calls').
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import math
+import os
 from dataclasses import dataclass, field
 
 from ..graph import Entry
@@ -73,16 +81,80 @@ CHEAP_OPS = ("BatchNorm",)
 class Prediction:
     """``total``: predicted bytes of the program (XLA's temp + argument +
     output - alias); ``parts``: arguments, aux, optimizer, outputs, temp;
-    ``recomputed``: the forward nodes the rule takes XLA to recompute."""
+    ``recomputed``: the forward nodes the rule takes XLA to recompute;
+    ``library``: the CPU convolution library's bytes beyond XLA's figure
+    (``library_bytes``), so ``resident`` is the memory a fresh CPU run
+    touches."""
 
     total: int
     parts: dict
     recomputed: list = field(default_factory=list)
     program: str = "fused"
+    library: int = 0
+
+    @property
+    def resident(self) -> int:
+        return self.total + self.library
 
     def to_json(self) -> dict:
         return {"total": int(self.total), "parts": {k: int(v) for k, v in self.parts.items()},
-                "program": self.program}
+                "program": self.program, "library": int(self.library),
+                "resident": int(self.resident)}
+
+
+# YNNPACK's bytes beyond a call's own copies: heap and code the run touches
+# (benchmarks/library_scratch.py)
+LIBRARY_BASE = 2 ** 19
+
+
+def library_bytes(plan, threads: int | None = None, backend: str | None = None) -> int:
+    """The most XLA's CPU convolution library (YNNPACK) allocates outside
+    XLA's buffers during one call of ``plan``'s program (0 off the CPU):
+    over its 2-D convolutions (groups 1, no dilation),
+
+    - forward: W + T * Xpad, the packed weight and the padded input;
+    - input gradient (training, stride 1; a strided one runs in Eigen):
+      W + T * Gpad, the output gradient padded by the kernel less one;
+    - weight gradient (training): T * Xpad + G;
+
+    plus ``LIBRARY_BASE``. T is XLA's thread pool (``threads``, default
+    the CPUs this process may run on) where the call's output channels
+    (weight gradient: the wider side) are >= 128 and the kernel is wider
+    than 1, else 1. Measured on single convolutions in plain ``jax.lax``,
+    both layouts, with a 2-thread pool: within 0.6 MiB
+    (benchmarks/results/library_scratch)."""
+    import jax
+
+    from ..ops.conv import _first
+    if (backend or jax.default_backend()) != "cpu":
+        return 0
+    if threads is None:
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else (os.cpu_count() or 1)
+    g, inf = plan.graph, plan.inferred
+    most = 0
+    for n in g.nodes:
+        if n.op is None or n.op.name != "Convolution" or len(n.params.kernel) != 2 or \
+                n.params.num_group != 1 or any(d != 1 for d in (n.params.dilate or ())):
+            continue
+        (b, c, h, w), o = _first(inf.shape(n.inputs[0]), n.params), n.params.num_filter
+        _, _, ho, wo = _first(inf.shape(Entry(n, 0)), n.params)
+        kh, kw = n.params.kernel
+        ph, pw = tuple(n.params.pad) or (0, 0)
+        size = _itemsize(inf.dtype(n.inputs[0]))
+        weight = o * c * kh * kw * size
+        x_pad = b * c * (h + 2 * ph) * (w + 2 * pw) * size
+        wide = kh * kw > 1
+
+        def pool(channels):
+            return threads if channels >= 128 and wide else 1
+        calls = [weight + pool(o) * x_pad]
+        if plan.train:
+            if all(s == 1 for s in (n.params.stride or (1, 1))):
+                calls.append(weight + pool(c) * b * o * (ho + kh - 1) * (wo + kw - 1) * size)
+            calls.append((threads if max(c, o) >= 128 else 1) * x_pad + b * o * ho * wo * size)
+        most = max(most, max(calls) + LIBRARY_BASE)
+    return most
 
 
 def cheap(node) -> bool:
@@ -457,7 +529,8 @@ def predict(plan, optimizer=None) -> Prediction:
              "optimizer": _optimizer_state(plan, optimizer), "outputs": outputs,
              # the forward outputs are planned tensors: counted once, as outputs
              "temp": max(0, temp - outputs)}
-    return Prediction(total=int(sum(parts.values())), parts=parts, recomputed=names)
+    return Prediction(total=int(sum(parts.values())), parts=parts, recomputed=names,
+                      library=library_bytes(plan))
 
 
 def predict_program(plan, optimizer=None) -> Prediction:
@@ -486,7 +559,8 @@ def predict_staged(plan, optimizer=None, segments=None) -> Prediction:
     parts = {"arguments": plan.buckets["arguments"], "aux": plan.buckets["aux"],
              "optimizer": _optimizer_state(plan, optimizer), "outputs": outputs,
              "temp": max(0, peak - outputs)}
-    return Prediction(total=int(sum(parts.values())), parts=parts, program="staged")
+    return Prediction(total=int(sum(parts.values())), parts=parts, program="staged",
+                      library=library_bytes(plan))
 
 
 def staged_programs(plan, segments=None) -> list:

@@ -168,4 +168,8 @@ def report_text(plan) -> str:
     staged = " (staged: a program per segment)" if plan.prediction.program == "staged" else ""
     lines.append(f"predicted footprint of the program{staged} (temp + argument + output - "
                  f"alias): {_mib(plan.predicted)} MiB{vs}")
+    if plan.prediction.library:
+        lines.append(f"predicted resident memory of a CPU run: {_mib(plan.prediction.resident)} "
+                     f"MiB (XLA's figure and the convolution library's largest call, "
+                     f"{_mib(plan.prediction.library)} MiB)")
     return "\n".join(lines)

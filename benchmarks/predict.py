@@ -3,6 +3,7 @@
 
     python benchmarks/predict.py [--nets resnet-50,vgg16] [--batch 8] [--modes train,infer]
                                  [--reuse] [--rss NET:MODE[:BATCH],...] [--rss-batch 4]
+                                 [--rss-arenas default,1]
                                  [--out benchmarks/results/predict]
 
 For each zoo net and mode this plans the net (``sg.plan``), predicts the
@@ -14,9 +15,12 @@ with XLA's figure, temp + argument + output - alias (``xla.footprint``).
 ``--reuse`` takes XLA's figures from an earlier results.json in ``--out``
 where the net, mode, batch and the rule's measures match (the rule can then be re-evaluated
 without compiling again). ``--rss`` also runs those programs once, each in
-a fresh process (``benchmarks/xla_rss.py``'s measurement), and compares the
-prediction with the resident memory the run touches (arguments already
-resident plus the rise of the peak).
+a fresh process (``benchmarks/xla_rss.py``'s measurement; ``--rss-arenas``:
+under glibc's default malloc arenas and/or with ``MALLOC_ARENA_MAX``), and
+compares the predicted resident memory (the prediction plus the
+convolution library's largest call, ``predict.library_bytes``) with the
+resident memory the run touches (arguments already resident plus the rise
+of the peak).
 
 Writes results.json and results.md to ``--out`` (default: a new folder
 ``predict`` under the current directory; pass
@@ -74,7 +78,8 @@ def predicted(name: str, batch: int, train: bool) -> dict:
     p = plan(get_model(name), data_shapes(name, batch), train=train, name=name)
     pr = predict(p)
     return {"arena": p.internal["arena"], "lower_bound": p.lower_bound,
-            "buckets": dict(p.buckets), "predicted": pr.total, "parts": pr.parts}
+            "buckets": dict(p.buckets), "predicted": pr.total, "parts": pr.parts,
+            "library": pr.library, "predicted_resident": pr.resident}
 
 
 def rss_here(name: str, batch: int, mode: str) -> dict:
@@ -92,15 +97,21 @@ def rss_here(name: str, batch: int, mode: str) -> dict:
             "resident": m["argument"] + r["rss_rise"]}
 
 
-def rss_figure(name: str, batch: int, mode: str) -> dict:
-    """``rss_here`` in a fresh process, so no run sees another's pages."""
+def rss_figure(name: str, batch: int, mode: str, arenas: str = "default") -> dict:
+    """``rss_here`` in a fresh process, so no run sees another's pages;
+    ``arenas``: glibc's malloc arenas there (``MALLOC_ARENA_MAX``; default:
+    one per thread that allocates)."""
     import subprocess
     here = os.path.dirname(os.path.abspath(__file__))
     code = ("import json, sys; sys.path.insert(0, %r); sys.path.insert(0, %r); "
             "import predict; print(json.dumps(predict.rss_here(%r, %d, %r)))"
             % (here, os.path.dirname(here), name, batch, mode))
+    env = dict(os.environ)
+    env.pop("MALLOC_ARENA_MAX", None)
+    if arenas != "default":
+        env["MALLOC_ARENA_MAX"] = arenas
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
+                         check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -129,15 +140,24 @@ def markdown(rows: list, rss: list, env: dict, command: str) -> str:
         out += ["", "## Against the resident memory of a fresh run", "",
                 "*resident*: the program's arguments (resident before the run) plus how far "
                 "the peak resident set rose during its first run, in a fresh process "
-                "(`benchmarks/xla_rss.py`'s measurement).",
-                "", "| net | mode | batch | predicted | XLA | resident | resident - XLA "
-                "| error |", "|---|---|--:|--:|--:|--:|--:|--:|"]
+                "(`benchmarks/xla_rss.py`'s measurement); *arenas*: glibc's malloc arenas "
+                "in that process (`MALLOC_ARENA_MAX`; default: one per thread that "
+                "allocates). *library*: the convolution library's largest call "
+                "(`predict.library_bytes`); *predicted resident*: predicted + library; "
+                "*error*: predicted resident against resident.",
+                "", "| net | mode | batch | arenas | predicted | library | predicted resident "
+                "| XLA | resident | resident - XLA | error |",
+                "|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|"]
         for r in rss:
-            out.append(f"| {r['net']} | {r['mode']} | {r['batch']} "
-                       f"| {r['predicted'] / MIB:,.0f} | {r['xla_footprint'] / MIB:,.0f} "
+            out.append(f"| {r['net']} | {r['mode']} | {r['batch']} | {r['arenas']} "
+                       f"| {r['predicted'] / MIB:,.0f} | {r['library'] / MIB:,.0f} "
+                       f"| {r['predicted_resident'] / MIB:,.0f} "
+                       f"| {r['xla_footprint'] / MIB:,.0f} "
                        f"| {r['resident'] / MIB:,.0f} "
                        f"| {(r['resident'] - r['xla_footprint']) / MIB:+,.0f} "
                        f"| {100 * r['error']:+.1f}% |")
+        within = sum(abs(r["error"]) <= 0.10 for r in rss)
+        out += ["", f"{within} of {len(rss)} runs within 10% of the predicted resident memory."]
     return "\n".join(out) + "\n"
 
 
@@ -152,6 +172,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rss", default="",
                     help="NET:MODE[:BATCH],... also run in a fresh process (BATCH: --rss-batch)")
     ap.add_argument("--rss-batch", type=int, default=4)
+    ap.add_argument("--rss-arenas", default="default",
+                    help="glibc malloc arenas of the --rss runs, each run once per entry: "
+                         "'default' or a MALLOC_ARENA_MAX value (e.g. default,1)")
     ap.add_argument("--out", default="predict")
     args = ap.parse_args(argv)
     import datetime
@@ -188,11 +211,13 @@ def main(argv=None) -> int:
     for item in filter(None, args.rss.split(",")):
         name, mode, *b = item.split(":")
         batch = int(b[0]) if b else args.rss_batch
-        m = rss_figure(name, batch, mode)
         pr = predicted(name, batch, mode == "train")
-        rss.append({"net": name, "mode": mode, "batch": batch, **m,
-                    "predicted": pr["predicted"], "resident": m["resident"],
-                    "error": pr["predicted"] / m["resident"] - 1})
+        for arenas in args.rss_arenas.split(","):
+            m = rss_figure(name, batch, mode, arenas)
+            rss.append({"net": name, "mode": mode, "batch": batch, "arenas": arenas, **m,
+                        "predicted": pr["predicted"], "library": pr["library"],
+                        "predicted_resident": pr["predicted_resident"],
+                        "error": pr["predicted_resident"] / m["resident"] - 1})
     env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "jax": jax.__version__}
     command = "python benchmarks/predict.py " + " ".join(argv if argv is not None

@@ -3,7 +3,7 @@
 
     python benchmarks/library_scratch.py
         [--cases c64-56-k3,c256-14-k3,c256-14-k1,c512-7-k3,c64-56-k3-s2,stem]
-        [--batches 4,16] [--layouts nchw,nhwc] [--parts fwd,dgrad,wgrad] [--strided-dgrad]
+        [--batches 4,16] [--layouts nchw,nhwc] [--parts fwd,dgrad,wgrad]
         [--chains c256-14-k3x8,c64-56-k3x8] [--chain-batch 16] [--chain-repeats 3]
         [--chain-arenas default,1] [--out library_scratch]
 
@@ -17,18 +17,21 @@ each, exactly as ``benchmarks/xla_rss.py``'s ``run_once`` does (the first
 run's rise of the peak resident set, the arguments resident and collected
 before it), how far the resident memory exceeds XLA's figure (temp +
 argument + output - alias), beside the rule
+(``symgraph.memory.predict.library_call_bytes``)
 
     forward, stride-1 input gradient:  S = W + T * Xpad + 0.5 MiB
     weight gradient:                   S = T * Xpad + G + 0.5 MiB
+    strided input gradient (Eigen):    S = N * Ho * Wo * C * k * k + 6 MiB
 
 W: the weight's bytes (the packed kernel); Xpad: the convolution's input
 with its SAME padding (the input gradient convolves the output gradient,
 padded by k - 1, to the input's channels); G: the output gradient's bytes;
 T: the XLA thread pool's size when the convolution's output channels are
 >= 128 and k > 1 (weight gradient: max(C, O) >= 128), else 1 -- measured
-with a 2-thread pool only (every worker copies the input). A stride-2
-input gradient runs in Eigen, not YNNPACK: the rule does not cover it
-(``--strided-dgrad`` measures it without a rule). Chain rows run N
+with a 2-thread pool only (every worker copies the input). A strided
+input gradient runs in Eigen, not YNNPACK: its columns (the output
+gradient times the weight, per output pixel, before they are summed into
+the input) plus the code it pages in. Chain rows run N
 identical convolutions (each its own weight, relu between) in one program,
 ``--chain-repeats`` fresh processes each, under glibc's default malloc
 arenas and with ``MALLOC_ARENA_MAX=1``. The library frees its copies after
@@ -56,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 MIB = 2 ** 20
 HERE = os.path.dirname(os.path.abspath(__file__))
-BASE = 0.5 * MIB  # heap and code the run touches besides the library's copies
+from symgraph.memory.predict import LIBRARY_BASE as BASE  # noqa: E402
 
 # name -> input channels, height = width, output channels, kernel, stride
 CASES = {
@@ -121,25 +124,17 @@ def program(spec: dict):
 # --------------------------------------------------------------------------
 # the rule
 # --------------------------------------------------------------------------
-def rule(spec: dict, pool: int) -> int | None:
+def rule(spec: dict, pool: int) -> int:
     """The library's bytes beyond XLA's figure for ``spec`` with a ``pool``
-    of XLA threads; None where the rule does not say (a strided input
-    gradient). A chain: one call's (the calls' maximum)."""
+    of XLA threads (``symgraph.memory.predict.library_call_bytes``; a
+    chain: one call's, the calls' maximum)."""
+    from symgraph.memory.predict import library_call_bytes
     n, c, h, o, k, s = (spec[x] for x in ("n", "c", "h", "o", "k", "stride"))
-    part = spec["part"]
-    if part == "dgrad" and s > 1:
-        return None
     ho = -(-h // s)
     hp = max((ho - 1) * s + k, h)  # the input with its SAME padding
-    w_bytes, x_pad, g_bytes = o * c * k * k * 4, n * hp * hp * c * 4, n * ho * ho * o * 4
-    if part in ("fwd", "chain"):
-        t = pool if o >= 128 and k > 1 else 1
-        return w_bytes + t * x_pad + BASE
-    if part == "dgrad":  # a stride-1 convolution of g, padded by k - 1, to c channels
-        t = pool if c >= 128 and k > 1 else 1
-        return w_bytes + t * n * (ho + k - 1) ** 2 * o * 4 + BASE
-    t = pool if max(c, o) >= 128 else 1
-    return t * x_pad + g_bytes + BASE
+    part = "fwd" if spec["part"] == "chain" else spec["part"]
+    return library_call_bytes(part, n, c, (h, h), o, (k, k), (hp, hp), (ho, ho), (s, s),
+                              threads=pool)
 
 
 # --------------------------------------------------------------------------
@@ -200,7 +195,7 @@ def _mib(v) -> str:
 
 
 def _err(r) -> str:
-    return "-" if r["rule"] is None else f"{(r['rule'] - r['excess']) / MIB:+.1f}"
+    return f"{(r['rule'] - r['excess']) / MIB:+.1f}"
 
 
 def markdown(res: dict) -> str:
@@ -217,7 +212,8 @@ def markdown(res: dict) -> str:
            "RSS rise - XLA; *rule*: S = W + T*Xpad (forward, stride-1 input gradient) or "
            "T*Xpad + G (weight gradient), + 0.5 MiB, T = the pool's threads when the output "
            "channels are >= 128 and k > 1 (weight gradient: max(C, O) >= 128), else 1; "
-           "*error*: rule - excess.", "",
+           "strided input gradient (Eigen): N*Ho*Wo*C*k*k + 6 MiB "
+           "(`symgraph.memory.predict.library_call_bytes`); *error*: rule - excess.", "",
            "| case | C | HxW | O | k | stride | layout | batch | part | XLA | arguments "
            "| RSS rise | excess | rule | error |",
            "|---|--:|--:|--:|--:|--:|---|--:|---|--:|--:|--:|--:|--:|--:|"]
@@ -270,8 +266,6 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default="4,16")
     ap.add_argument("--layouts", default="nchw,nhwc")
     ap.add_argument("--parts", default=",".join(PARTS))
-    ap.add_argument("--strided-dgrad", action="store_true",
-                    help="also the input gradient of strided convolutions (Eigen; no rule)")
     ap.add_argument("--chains", default="c256-14-k3x8,c64-56-k3x8",
                     help="comma-separated CASExCOUNT (stride 1, C = O), both --layouts; "
                     "'' for none")
@@ -307,8 +301,7 @@ def main(argv=None) -> int:
 
     from symgraph.bench.common import write_results
     specs = [{"case": name, **CASES[name], "n": n, "layout": lay, "part": part}
-             for name in cases for n in batches for lay in layouts for part in parts
-             if not (part == "dgrad" and CASES[name]["stride"] > 1 and not args.strided_dgrad)]
+             for name in cases for n in batches for lay in layouts for part in parts]
     specs += [{"case": name, **CASES[name], "n": args.chain_batch, "layout": lay,
                "part": "chain", "count": count, "arenas": arenas}
               for name, count in chains for lay in layouts
@@ -334,7 +327,7 @@ def main(argv=None) -> int:
               + f" MiB, rule {_mib(r['rule'])}", file=sys.stderr, flush=True)
     wall = time.perf_counter() - start
     errors = [r["rule"] - r["excess"] for r in rows
-              if r["part"] != "chain" and r["rule"] is not None]
+              if r["part"] != "chain"]
     pools = sorted({r["xla_threads"] for r in rows})
     res = {"tool": "benchmarks/library_scratch.py",
            "command": shlex.join(["python", "benchmarks/library_scratch.py", *argv]),

@@ -102,27 +102,57 @@ class Prediction:
                 "resident": int(self.resident)}
 
 
-# YNNPACK's bytes beyond a call's own copies: heap and code the run touches
+# YNNPACK's bytes beyond a call's own copies: heap and code the run touches;
+# Eigen's (a strided convolution's input gradient) with its code paged in
 # (benchmarks/library_scratch.py)
 LIBRARY_BASE = 2 ** 19
+EIGEN_BASE = 6 * 2 ** 20
+
+
+def library_call_bytes(part: str, n: int, c: int, hw: tuple, o: int, kernel: tuple,
+                       padded: tuple, out: tuple, stride: tuple, itemsize: int = 4,
+                       threads: int = 1) -> int:
+    """What one 2-D convolution call allocates outside XLA's buffers on the
+    CPU: ``part`` 'fwd', 'dgrad' (input gradient) or 'wgrad' (weight
+    gradient) of a convolution of an (n, c, *hw) input to o channels, its
+    input padded to ``padded`` and its output ``out`` spatial. In YNNPACK
+
+    - forward: W + T * Xpad, the packed weight and the padded input;
+    - input gradient, stride 1: W + T * Gpad, the output gradient padded
+      by the kernel less one;
+    - weight gradient: T * Xpad + G;
+
+    plus ``LIBRARY_BASE``; in Eigen, which runs a strided convolution's
+    input gradient, its columns N * Ho * Wo * C * kh * kw (the output
+    gradient times the weight, before they are summed into the input's
+    pixels) plus ``EIGEN_BASE``. T is ``threads`` (XLA's pool) where the
+    call's output channels (weight gradient: the wider side) are >= 128
+    and the kernel is wider than 1, else 1. Measured on single
+    convolutions in plain ``jax.lax``, both layouts, with a 2-thread pool:
+    YNNPACK's within 0.6 MiB, Eigen's within 2.7 MiB
+    (benchmarks/results/library_scratch)."""
+    kh, kw = kernel
+    wide = kh * kw > 1
+    weight = o * c * kh * kw * itemsize
+    x_pad = n * c * padded[0] * padded[1] * itemsize
+    if part == "fwd":
+        return weight + (threads if o >= 128 and wide else 1) * x_pad + LIBRARY_BASE
+    if part == "wgrad":
+        return ((threads if max(c, o) >= 128 else 1) * x_pad
+                + n * o * out[0] * out[1] * itemsize + LIBRARY_BASE)
+    if tuple(stride) != (1, 1):
+        return n * out[0] * out[1] * c * kh * kw * itemsize + EIGEN_BASE
+    return (weight + (threads if c >= 128 and wide else 1)
+            * n * o * (out[0] + kh - 1) * (out[1] + kw - 1) * itemsize + LIBRARY_BASE)
 
 
 def library_bytes(plan, threads: int | None = None, backend: str | None = None) -> int:
-    """The most XLA's CPU convolution library (YNNPACK) allocates outside
-    XLA's buffers during one call of ``plan``'s program (0 off the CPU):
-    over its 2-D convolutions (groups 1, no dilation),
-
-    - forward: W + T * Xpad, the packed weight and the padded input;
-    - input gradient (training, stride 1; a strided one runs in Eigen):
-      W + T * Gpad, the output gradient padded by the kernel less one;
-    - weight gradient (training): T * Xpad + G;
-
-    plus ``LIBRARY_BASE``. T is XLA's thread pool (``threads``, default
-    the CPUs this process may run on) where the call's output channels
-    (weight gradient: the wider side) are >= 128 and the kernel is wider
-    than 1, else 1. Measured on single convolutions in plain ``jax.lax``,
-    both layouts, with a 2-thread pool: within 0.6 MiB
-    (benchmarks/results/library_scratch)."""
+    """The most XLA's CPU convolution libraries allocate outside XLA's
+    buffers during one call of ``plan``'s program (0 off the CPU): the
+    largest ``library_call_bytes`` over its 2-D convolutions (groups 1, no
+    dilation) -- in training their backward's calls too, an input
+    gradient only where the graph reads it. ``threads``: XLA's pool,
+    default the CPUs this process may run on."""
     import jax
 
     from ..ops.conv import _first
@@ -132,28 +162,26 @@ def library_bytes(plan, threads: int | None = None, backend: str | None = None) 
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
             else (os.cpu_count() or 1)
     g, inf = plan.graph, plan.inferred
+    read = {(id(e.node), e.index) for n in g.nodes for e in n.inputs} | \
+        {(id(e.node), e.index) for e in g.outputs}
     most = 0
     for n in g.nodes:
-        if n.op is None or n.op.name != "Convolution" or len(n.params.kernel) != 2 or \
-                n.params.num_group != 1 or any(d != 1 for d in (n.params.dilate or ())):
+        name = n.op.name if n.op is not None else None
+        if name not in ("Convolution", "_backward_Convolution") or len(n.params.kernel) != 2 \
+                or n.params.num_group != 1 or any(d != 1 for d in (n.params.dilate or ())):
             continue
-        (b, c, h, w), o = _first(inf.shape(n.inputs[0]), n.params), n.params.num_filter
-        _, _, ho, wo = _first(inf.shape(Entry(n, 0)), n.params)
-        kh, kw = n.params.kernel
-        ph, pw = tuple(n.params.pad) or (0, 0)
-        size = _itemsize(inf.dtype(n.inputs[0]))
-        weight = o * c * kh * kw * size
-        x_pad = b * c * (h + 2 * ph) * (w + 2 * pw) * size
-        wide = kh * kw > 1
-
-        def pool(channels):
-            return threads if channels >= 128 and wide else 1
-        calls = [weight + pool(o) * x_pad]
-        if plan.train:
-            if all(s == 1 for s in (n.params.stride or (1, 1))):
-                calls.append(weight + pool(c) * b * o * (ho + kh - 1) * (wo + kw - 1) * size)
-            calls.append((threads if max(c, o) >= 128 else 1) * x_pad + b * o * ho * wo * size)
-        most = max(most, max(calls) + LIBRARY_BASE)
+        x = n.inputs[0] if name == "Convolution" else n.inputs[1]  # (grad, data, weight)
+        b, c, h, w = _first(inf.shape(x), n.params)
+        kernel, pad = tuple(n.params.kernel), tuple(n.params.pad) or (0, 0)
+        stride = tuple(n.params.stride) or (1, 1)
+        padded = (h + 2 * pad[0], w + 2 * pad[1])
+        out = tuple((p - k) // s + 1 for p, k, s in zip(padded, kernel, stride))
+        parts = ["fwd"] if name == "Convolution" else \
+            ["wgrad"] + (["dgrad"] if (id(n), 0) in read else [])
+        for part in parts:
+            most = max(most, library_call_bytes(part, b, c, (h, w), n.params.num_filter,
+                                                kernel, padded, out, stride,
+                                                _itemsize(inf.dtype(x)), threads))
     return most
 
 

@@ -70,8 +70,10 @@ CPU_RESIDUAL = ("scheduler",)
 # its intermediates out of XLA's figure (resnet-cifar-20 at batch 8:
 # footprint 3.21 -> 2.65 MiB; ResNet-18 at batch 4: 89.7 -> 71.4 MiB,
 # the prediction's figure in both; ResNet-18 at batch 8 and ResNet-50
-# unchanged). Not in training: there the single calls held more than the
-# chains did (ResNet-50 at batch 8: 540 -> 563 MiB).
+# unchanged), at the same speed (batch 8, best of 5: ResNet-18, ResNet-50,
+# ResNet-v1-50 and resnet-cifar-20 0.99-1.01x). Not in training: there the
+# single calls held more than the chains did (ResNet-50 at batch 8: 540 ->
+# 563 MiB).
 CPU_RESIDUAL_INFER = ("scheduler", "single_op")
 # Deep residual nets train with the anchor under XLA's default scheduler:
 # on them the memory-optimized scheduler moves backward work that needs no

@@ -266,7 +266,7 @@ def test_the_staged_sequence_figures_add_up():
     figure = (ma.argument_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes
               + ma.temp_size_in_bytes)
     # measured +11% here (one 1 MiB tensor of a 9 MiB step); 0% on resnet-cifar-20
-    assert abs(predicted / figure - 1) <= 0.15, (predicted, figure)
+    assert abs(predicted / figure - 1) <= 0.05, (predicted, figure)
     assert p.predicted == min(predicted, predict(p).total)
 
 
@@ -299,9 +299,12 @@ def test_the_staged_prediction_of_a_channels_last_net():
     channels_last+anchor): each stage program transposes what it is handed
     into its convolutions and what they hand on, holds a max pool's
     backward as its padded partials until the convolutions' backward that
-    read their sum, and the weight gradients' batch-minor copies; the rule
-    counts these (``_working_set``). Measured: XLA 11.44 MiB, predicted
-    10.23 (-10.6%; the rule before: 9.18, -19.8%), at XLA's peak program."""
+    read their sum, and the weight gradients' batch-minor copies, gone
+    before each data gradient is made (the recompute rule's
+    ``wgrad_first``); the rule counts these (``_working_set``). Measured:
+    XLA 10.44 MiB, predicted 10.23 (-2.0%; before ``wgrad_first`` XLA held
+    11.44, and the rule before the working set predicted 9.18), at XLA's
+    peak program."""
     net = _inception_like(16)
     shapes = {"data": (8, 3, 32, 32), "softmax_label": (8,)}
     plain = sg.plan(net, shapes, train=True)
@@ -316,7 +319,7 @@ def test_the_staged_prediction_of_a_channels_last_net():
     peak = max(rows, key=lambda r: r["held"] + r["output"] - r["alias"] + r["temp"])
     assert peak["program"] == ma.peak_program
     predicted = predict_staged(p).total
-    assert abs(predicted / figure - 1) <= 0.15, (predicted, figure)
+    assert abs(predicted / figure - 1) <= 0.05, (predicted, figure)
 
 
 def test_the_budgeted_program_holds_what_the_budgeted_plan_says():
@@ -333,3 +336,34 @@ def test_the_budgeted_program_holds_what_the_budgeted_plan_says():
     print(f"plan {p.internal['arena']:,}; temp {m['temp']:,}, without {without['temp']:,}")
     assert m["temp"] <= 1.1 * p.internal["arena"]
     assert m["temp"] < without["temp"]
+
+
+def test_staged_prediction_counts_wgrad_first(monkeypatch):
+    """A VGG-like net's staged step under a budget is lowered with the
+    ``wgrad_first`` measure (the rule for plain conv nets that recompute):
+    each convolution backward's batch-minor copies are gone before its
+    data gradient is made, and the prediction that counts them only as
+    far as they exceed the data gradient is within 5% of XLA's figure,
+    where counting them beside it is more than 15% over."""
+    from symgraph.memory import predict as predict_mod
+    x = S.Variable("data")
+    for i, c in enumerate((32, 32, 64, 64)):
+        x = S.Activation(S.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=c,
+                                       name=f"c{i}"), act_type="relu", name=f"r{i}")
+        if i % 2:
+            x = S.Pooling(x, kernel=(2, 2), stride=(2, 2), pool_type="max", name=f"p{i}")
+    net = S.SoftmaxOutput(S.FullyConnected(S.Flatten(x), num_hidden=10, name="fc"),
+                          name="softmax")
+    shapes = {"data": (32, 3, 32, 32), "softmax_label": (32,)}
+    p0 = sg.plan(net, shapes, train=True)
+    rest = p0.total - p0.internal["arena"]
+    p = sg.plan(net, shapes, train=True, budget=int(rest + 0.9 * p0.internal["arena"]),
+                recompute="solver")
+    step = xla.training_step(p, segments=True)
+    assert "wgrad_first" in step.info["measures"]
+    fig = xla.footprint(xla.memory(step))
+    assert abs(predict_staged(p).total / fig - 1) <= 0.05
+    working_set = predict_mod._working_set
+    monkeypatch.setattr(predict_mod, "_working_set",
+                        lambda *a, **k: working_set(*a, **{**k, "wgrad_first": False}))
+    assert predict_staged(p).total > 1.15 * fig

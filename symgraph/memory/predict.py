@@ -631,8 +631,8 @@ def staged_programs(plan, segments=None) -> list:
     # the plan's fused chains: XLA computes them in one loop, storing the end
     fused = {g.nodes[m].name for grp in plan.fusion.groups for m in grp[:-1]}
     # the measures its programs are lowered with (train.step's)
-    channels_last = "channels_last" in measures_mod.resolve(
-        None, fwd, True, recompute=bool(getattr(plan, "recompute", None)))
+    ms = measures_mod.resolve(None, fwd, True, recompute=bool(getattr(plan, "recompute", None)))
+    channels_last = "channels_last" in ms
     last = last_reads(stages)
     handed: dict = {}  # entry key -> bytes, while a later program reads it
     made = 0           # forward outputs and gradients so far
@@ -645,7 +645,7 @@ def staged_programs(plan, segments=None) -> list:
                      "alias": _aliased(made_here, [entries[k] for k in st.reads
                                                    if last.get(k) == i], finf, full),
                      "temp": _working_set(*_as_lowered(st, full, finf, channels_last),
-                                          fused=fused)})
+                                          fused=fused, wgrad_first="wgrad_first" in ms)})
         for k in st.returns:
             handed[k] = size(entries[k])
         for k in [k for k in handed if last.get(k, -1) <= i]:
@@ -749,7 +749,8 @@ def _as_lowered(stage, full, finf, channels_last: bool) -> tuple:
             inf2, layout)
 
 
-def _working_set(stage, size, inf, layout=frozenset(), fused=frozenset()) -> int:
+def _working_set(stage, size, inf, layout=frozenset(), fused=frozenset(),
+                 wgrad_first=False) -> int:
     """The most bytes a stage's program holds at once in temp: the tensors
     it makes and reads itself (not handed on, not outputs), each from its
     node until its last reader reads it, in the stage's topological order,
@@ -779,7 +780,9 @@ def _working_set(stage, size, inf, layout=frozenset(), fused=frozenset()) -> int
       its padded input;
     - a convolution's backward holds batch-minor copies of its input and of
       its incoming gradient while it runs (the weight gradient's operands
-      on XLA's CPU, [H, W, N, C] and [C, H, W, N]).
+      on XLA's CPU, [H, W, N, C] and [C, H, W, N]) -- with ``wgrad_first``
+      (the measure) only before its data gradient is made, so the copies
+      count as far as they exceed the data gradient.
     """
     from ..graph import Entry
     nodes = stage.nodes
@@ -840,7 +843,11 @@ def _working_set(stage, size, inf, layout=frozenset(), fused=frozenset()) -> int
         held, padded = _pool_buffers(n, inf)
         workspace[i] += padded
         if n.op is not None and n.op.name == "_backward_Convolution":
-            workspace[i] += size(n.inputs[0]) + size(n.inputs[1])
+            copies = size(n.inputs[0]) + size(n.inputs[1])
+            dx = Entry(n, 0)
+            if wgrad_first and (id(n), 0) in readers and (id(n), 0) not in keep:
+                copies = max(0, copies - size(dx))
+            workspace[i] += copies
         for j in range(n.num_outputs):
             k = (id(n), j)
             if k in keep:

@@ -3,7 +3,7 @@
 
     python benchmarks/library_scratch.py
         [--cases c64-56-k3,c256-14-k3,c256-14-k1,c512-7-k3,c64-56-k3-s2,stem]
-        [--batches 4,16] [--layouts nchw,nhwc] [--parts fwd,dgrad,wgrad]
+        [--batches 4,16] [--layouts nchw,nhwc] [--parts fwd,dgrad,wgrad,bwd]
         [--chains c256-14-k3x8,c64-56-k3x8] [--chain-batch 16] [--chain-repeats 3]
         [--chain-arenas default,1] [--out library_scratch]
 
@@ -31,7 +31,10 @@ T: the XLA thread pool's size when the convolution's output channels are
 with a 2-thread pool only (every worker copies the input). A strided
 input gradient runs in Eigen, not YNNPACK: its columns (the output
 gradient times the weight, per output pixel, before they are summed into
-the input) plus the code it pages in. Chain rows run N
+the input) plus the code it pages in. ``bwd`` rows compute both gradients
+in one program, as a trained net's backward does: a strided
+convolution's Eigen input gradient runs beside YNNPACK's weight gradient
+(the two S add up), a stride-1 one's after it (the larger S). Chain rows run N
 identical convolutions (each its own weight, relu between) in one program,
 ``--chain-repeats`` fresh processes each, under glibc's default malloc
 arenas and with ``MALLOC_ARENA_MAX=1``. The library frees its copies after
@@ -70,7 +73,7 @@ CASES = {
     "c64-56-k3-s2": dict(c=64, h=56, o=128, k=3, stride=2),
     "stem": dict(c=3, h=224, o=64, k=7, stride=2),  # ResNet's first convolution
 }
-PARTS = ("fwd", "dgrad", "wgrad")
+PARTS = ("fwd", "dgrad", "wgrad", "bwd")
 
 
 # --------------------------------------------------------------------------
@@ -93,7 +96,9 @@ def _conv(x, w, layout: str, stride: int):
 
 def program(spec: dict):
     """(function, argument ShapeDtypeStructs) of ``spec``: a convolution's
-    ``fwd``, ``dgrad`` or ``wgrad``, or a ``chain`` of ``count`` of them."""
+    ``fwd``, ``dgrad`` or ``wgrad``, both gradients (``bwd``, as a
+    trained net's backward computes them), or a ``chain`` of ``count``
+    of them."""
     import jax
     import jax.numpy as jnp
     xs, ws, ys = _shapes(spec)
@@ -118,6 +123,10 @@ def program(spec: dict):
         def wgrad(x, w, g):
             return jax.vjp(lambda w: _conv(x, w, lay, st), w)[1](g)[0]
         return wgrad, (sds(xs), sds(ws), sds(ys))
+    if part == "bwd":
+        def bwd(x, w, g):
+            return jax.vjp(lambda x, w: _conv(x, w, lay, st), x, w)[1](g)
+        return bwd, (sds(xs), sds(ws), sds(ys))
     raise ValueError(f"unknown part {part!r}")
 
 
@@ -127,14 +136,21 @@ def program(spec: dict):
 def rule(spec: dict, pool: int) -> int:
     """The library's bytes beyond XLA's figure for ``spec`` with a ``pool``
     of XLA threads (``symgraph.memory.predict.library_call_bytes``; a
-    chain: one call's, the calls' maximum)."""
+    chain: one call's, the calls' maximum; both gradients: their sum where
+    the input gradient runs in Eigen beside YNNPACK's weight gradient, a
+    strided convolution, else the larger, as ``library_bytes`` says)."""
     from symgraph.memory.predict import library_call_bytes
     n, c, h, o, k, s = (spec[x] for x in ("n", "c", "h", "o", "k", "stride"))
     ho = -(-h // s)
     hp = max((ho - 1) * s + k, h)  # the input with its SAME padding
-    part = "fwd" if spec["part"] == "chain" else spec["part"]
-    return library_call_bytes(part, n, c, (h, h), o, (k, k), (hp, hp), (ho, ho), (s, s),
-                              threads=pool)
+
+    def call(part):
+        return library_call_bytes(part, n, c, (h, h), o, (k, k), (hp, hp), (ho, ho), (s, s),
+                                  threads=pool)
+    part = spec["part"]
+    if part == "bwd":
+        return call("wgrad") + call("dgrad") if s > 1 else max(call("wgrad"), call("dgrad"))
+    return call("fwd" if part == "chain" else part)
 
 
 # --------------------------------------------------------------------------
@@ -212,7 +228,8 @@ def markdown(res: dict) -> str:
            "RSS rise - XLA; *rule*: S = W + T*Xpad (forward, stride-1 input gradient) or "
            "T*Xpad + G (weight gradient), + 0.5 MiB, T = the pool's threads when the output "
            "channels are >= 128 and k > 1 (weight gradient: max(C, O) >= 128), else 1; "
-           "strided input gradient (Eigen): N*Ho*Wo*C*k*k + 6 MiB "
+           "strided input gradient (Eigen): N*Ho*Wo*C*k*k + 6 MiB; both gradients (bwd): "
+           "their sum where the stride is above 1, else the larger "
            "(`symgraph.memory.predict.library_call_bytes`); *error*: rule - excess.", "",
            "| case | C | HxW | O | k | stride | layout | batch | part | XLA | arguments "
            "| RSS rise | excess | rule | error |",

@@ -395,3 +395,32 @@ def test_predicted_resident_memory_of_a_convolution():
     assert r["library"] > 0
     assert abs((r["xla"] + r["library"]) / r["resident"] - 1) <= 0.10, r
     assert r["xla"] < 0.9 * r["resident"], r
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_library_bytes_of_a_convolution_backward(stride):
+    """In training the library term counts a convolution's backward: its
+    weight gradient, and its input gradient where a node reads it (behind
+    a BatchNorm on the data, not on the data itself, whose gradient the
+    step drops); a strided one's input gradient runs in Eigen beside the
+    weight gradient, so the two add up, a stride-1 one's after it."""
+    from symgraph.memory.predict import library_bytes, library_call_bytes
+    x = sg.sym.Variable("data")
+    behind_bn = sg.sym.BatchNorm(x, name="bn")
+    shapes = {"data": (4, 3, 32, 32), "softmax_label": (4,)}
+    args = (4, 3, (32, 32), 8, (3, 3), (34, 34), (32 // stride,) * 2, (stride,) * 2)
+
+    def net(x):
+        y = sg.sym.Convolution(x, kernel=(3, 3), pad=(1, 1), stride=(stride, stride),
+                               num_filter=8, name="conv")
+        return sg.sym.SoftmaxOutput(sg.sym.FullyConnected(y, num_hidden=2, name="fc"),
+                                    name="softmax")
+
+    def call(part):
+        return library_call_bytes(part, *args, threads=2)
+    on_data = sg.plan(net(x), shapes, train=True)
+    assert library_bytes(on_data, threads=2, backend="cpu") == max(call("fwd"), call("wgrad"))
+    read = sg.plan(net(behind_bn), shapes, train=True)
+    both = call("wgrad") + call("dgrad") if stride > 1 else max(call("wgrad"), call("dgrad"))
+    assert library_bytes(read, threads=2, backend="cpu") == max(call("fwd"), both)
+    assert library_bytes(read, backend="gpu") == 0

@@ -103,8 +103,10 @@ class Prediction:
 
 
 # YNNPACK's bytes beyond a call's own copies: heap and code the run touches;
-# Eigen's (a strided convolution's input gradient) with its code paged in
-# (benchmarks/library_scratch.py)
+# Eigen's, once in a program that runs anything in Eigen (a strided
+# convolution's input gradient, a FullyConnected's weight gradient): the
+# code it pages in (benchmarks/library_scratch.py; the MLP's training step
+# touches 5-6 MiB beyond XLA's figure, its inference under 1)
 LIBRARY_BASE = 2 ** 19
 EIGEN_BASE = 6 * 2 ** 20
 
@@ -155,8 +157,12 @@ def library_bytes(plan, threads: int | None = None, backend: str | None = None) 
     backward runs its input gradient in Eigen beside its weight gradient
     in YNNPACK, so the two add up (the ResNet stem's at batch 16: 177.4
     MiB measured, 118.5 + 59.1 by the rule); a stride-1 one runs them one
-    after the other (26.4 MiB, the larger call's 25.9). ``threads``: XLA's
-    pool, default the CPUs this process may run on."""
+    after the other (26.4 MiB, the larger call's 25.9). Eigen's code
+    (``EIGEN_BASE``) counts once, beside the largest call, where anything
+    runs in Eigen: a strided convolution's input gradient or a
+    FullyConnected's weight gradient (XLA's CPU hands YNNPACK the forward
+    dots only). ``threads``: XLA's pool, default the CPUs this process may
+    run on."""
     import jax
 
     from ..ops.conv import _first
@@ -169,9 +175,11 @@ def library_bytes(plan, threads: int | None = None, backend: str | None = None) 
     # an input gradient is computed where a node reads it; the plan's graph
     # may output the data's gradient, which the step a Module runs drops
     read = {(id(e.node), e.index) for n in g.nodes for e in n.inputs}
-    most = 0
+    most, eigen = 0, False
     for n in g.nodes:
         name = n.op.name if n.op is not None else None
+        if name == "_backward_FullyConnected":
+            eigen = True
         if name not in ("Convolution", "_backward_Convolution") or len(n.params.kernel) != 2 \
                 or n.params.num_group != 1 or any(d != 1 for d in (n.params.dilate or ())):
             continue
@@ -189,10 +197,11 @@ def library_bytes(plan, threads: int | None = None, backend: str | None = None) 
         elif (id(n), 0) not in read:
             most = max(most, call("wgrad"))
         elif stride != (1, 1):  # Eigen's input gradient runs beside YNNPACK's weight gradient
-            most = max(most, call("wgrad") + call("dgrad"))
+            eigen = True
+            most = max(most, call("wgrad") + call("dgrad") - EIGEN_BASE)
         else:
             most = max(most, call("wgrad"), call("dgrad"))
-    return most
+    return most + (EIGEN_BASE if eigen else 0)
 
 
 def cheap(node) -> bool:

@@ -55,11 +55,13 @@ partials and a convolution's batch-minor copies).
 smaller of the two for such a plan, as a Module under a budget does.
 
 On the CPU the *resident* memory a fresh run touches is that figure plus
-what XLA's convolution library (YNNPACK) allocates outside XLA's buffers
-while a call runs (``library_bytes``): a packed copy of the weight and a
-padded copy of the input, one per worker thread for wide convolutions,
-freed after each call -- the largest call's, as one malloc arena reuses
-the pages (glibc's per-thread arenas may hold up to about three calls').
+what XLA's convolution libraries allocate outside XLA's buffers while a
+call runs (``library_bytes``): YNNPACK a packed copy of the weight and a
+padded copy of the input, one per worker thread for wide convolutions;
+Eigen, for a strided convolution's input gradient, its columns and its
+code. They free their copies after each call, so the largest call's
+counts, as one malloc arena reuses the pages (glibc's per-thread arenas
+may hold up to about three calls').
 """
 from __future__ import annotations
 
@@ -131,7 +133,7 @@ def library_call_bytes(part: str, n: int, c: int, hw: tuple, o: int, kernel: tup
     call's output channels (weight gradient: the wider side) are >= 128
     and the kernel is wider than 1, else 1. Measured on single
     convolutions in plain ``jax.lax``, both layouts, with a 2-thread pool:
-    YNNPACK's within 0.6 MiB, Eigen's within 2.7 MiB
+    YNNPACK's within 0.7 MiB, Eigen's within 3.8 MiB
     (benchmarks/results/library_scratch)."""
     kh, kw = kernel
     wide = kh * kw > 1
@@ -149,8 +151,8 @@ def library_call_bytes(part: str, n: int, c: int, hw: tuple, o: int, kernel: tup
 
 
 def library_bytes(plan, threads: int | None = None, backend: str | None = None) -> int:
-    """The most XLA's CPU convolution libraries allocate outside XLA's
-    buffers during one call of ``plan``'s program (0 off the CPU): the
+    """The most XLA's CPU convolution libraries hold outside XLA's buffers
+    at once while ``plan``'s program runs (0 off the CPU): the
     largest ``library_call_bytes`` over its 2-D convolutions (groups 1, no
     dilation) -- in training their backward's calls too, an input
     gradient only where the graph reads it. A strided convolution's
@@ -863,9 +865,8 @@ def _working_set(stage, size, inf, layout=frozenset(), fused=frozenset(),
         workspace[i] += padded
         if n.op is not None and n.op.name == "_backward_Convolution":
             copies = size(n.inputs[0]) + size(n.inputs[1])
-            dx = Entry(n, 0)
             if wgrad_first and (id(n), 0) in readers and (id(n), 0) not in keep:
-                copies = max(0, copies - size(dx))
+                copies = max(0, copies - size(Entry(n, 0)))  # gone before dx is made
             workspace[i] += copies
         for j in range(n.num_outputs):
             k = (id(n), j)

@@ -145,7 +145,7 @@ def rule(spec: dict, pool: int) -> int:
     hp = max((ho - 1) * s + k, h)  # the input with its SAME padding
 
     def call(part):
-        return library_call_bytes(part, n, c, (h, h), o, (k, k), (hp, hp), (ho, ho), (s, s),
+        return library_call_bytes(part, n, c, o, (k, k), (hp, hp), (ho, ho), (s, s),
                                   threads=pool)
     part = spec["part"]
     if part == "bwd":

@@ -409,7 +409,7 @@ def test_library_bytes_of_a_convolution_backward(stride):
     x = sg.sym.Variable("data")
     behind_bn = sg.sym.BatchNorm(x, name="bn")
     shapes = {"data": (4, 3, 32, 32), "softmax_label": (4,)}
-    args = (4, 3, (32, 32), 8, (3, 3), (34, 34), (32 // stride,) * 2, (stride,) * 2)
+    args = (4, 3, 8, (3, 3), (34, 34), (32 // stride,) * 2, (stride,) * 2)
 
     def net(x):
         y = sg.sym.Convolution(x, kernel=(3, 3), pad=(1, 1), stride=(stride, stride),

@@ -113,13 +113,12 @@ LIBRARY_BASE = 2 ** 19
 EIGEN_BASE = 6 * 2 ** 20
 
 
-def library_call_bytes(part: str, n: int, c: int, hw: tuple, o: int, kernel: tuple,
-                       padded: tuple, out: tuple, stride: tuple, itemsize: int = 4,
-                       threads: int = 1) -> int:
+def library_call_bytes(part: str, n: int, c: int, o: int, kernel: tuple, padded: tuple,
+                       out: tuple, stride: tuple, itemsize: int = 4, threads: int = 1) -> int:
     """What one 2-D convolution call allocates outside XLA's buffers on the
     CPU: ``part`` 'fwd', 'dgrad' (input gradient) or 'wgrad' (weight
-    gradient) of a convolution of an (n, c, *hw) input to o channels, its
-    input padded to ``padded`` and its output ``out`` spatial. In YNNPACK
+    gradient) of a convolution of n inputs of c channels to o channels,
+    its input padded to ``padded`` and its output ``out`` spatial. In YNNPACK
 
     - forward: W + T * Xpad, the packed weight and the padded input;
     - input gradient, stride 1: W + T * Gpad, the output gradient padded
@@ -185,15 +184,17 @@ def library_bytes(plan, threads: int | None = None, backend: str | None = None) 
         if name not in ("Convolution", "_backward_Convolution") or len(n.params.kernel) != 2 \
                 or n.params.num_group != 1 or any(d != 1 for d in (n.params.dilate or ())):
             continue
-        x = n.inputs[0] if name == "Convolution" else n.inputs[1]  # (grad, data, weight)
+        # forward (data, weight) -> output; backward (output gradient, data, weight)
+        x, y = (n.inputs[0], Entry(n, 0)) if name == "Convolution" else n.inputs[1::-1]
         b, c, h, w = _first(inf.shape(x), n.params)
-        kernel, pad = tuple(n.params.kernel), tuple(n.params.pad) or (0, 0)
+        out = _first(inf.shape(y), n.params)[2:]
+        pad = tuple(n.params.pad) or (0, 0)
         stride = tuple(n.params.stride) or (1, 1)
-        padded = (h + 2 * pad[0], w + 2 * pad[1])
-        out = tuple((p - k) // s + 1 for p, k, s in zip(padded, kernel, stride))
+
         def call(part):
-            return library_call_bytes(part, b, c, (h, w), n.params.num_filter, kernel, padded,
-                                      out, stride, _itemsize(inf.dtype(x)), threads)
+            return library_call_bytes(part, b, c, n.params.num_filter, tuple(n.params.kernel),
+                                      (h + 2 * pad[0], w + 2 * pad[1]), out, stride,
+                                      _itemsize(inf.dtype(x)), threads)
         if name == "Convolution":
             most = max(most, call("fwd"))
         elif (id(n), 0) not in read:

@@ -8,7 +8,11 @@
 """
 import importlib
 
-from . import ops  # registers every op
+from .targets import use_cpu_without_gpu
+
+use_cpu_without_gpu()  # before any op touches JAX
+
+from . import ops  # registers every op  # noqa: E402
 from . import symbol as sym
 from . import symbol
 from . import ndarray as nd

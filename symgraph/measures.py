@@ -199,7 +199,8 @@ def parse(spec) -> tuple | None:
     return tuple(dict.fromkeys(names))
 
 
-def resolve(spec, graph: Graph, train: bool, recompute: bool = False) -> tuple:
+def resolve(spec, graph: Graph, train: bool, recompute: bool = False,
+            backend: str | None = None) -> tuple:
     """The measure set a program of ``graph`` is lowered with: the user's
     ``spec`` (see ``parse``) or, for None/'auto', ``default_measures``,
     changed by ``recompute_measures`` for a training program that
@@ -208,9 +209,9 @@ def resolve(spec, graph: Graph, train: bool, recompute: bool = False) -> tuple:
     no weight gradient)."""
     ms = parse(spec)
     if ms is None:
-        ms = default_measures(graph, train)
+        ms = default_measures(graph, train, backend)
         if train and recompute:
-            ms = recompute_measures(ms)
+            ms = recompute_measures(ms, backend)
     if not train:
         ms = tuple(m for m in ms if m not in ("split_wgrad", "wgrad_first"))
     return ms
@@ -298,7 +299,7 @@ def _entry_shapes(graph: Graph, is_train: bool, feeds: dict, key) -> _Shapes:
     return _Shapes(shapes)
 
 
-def jit(fn, measures, **kwargs):
-    """``jax.jit`` with the compiler options of ``measures``."""
-    opts = compiler_options(measures)
+def jit(fn, measures, backend: str | None = None, **kwargs):
+    """``jax.jit`` with the compiler options of ``measures`` for ``backend``."""
+    opts = compiler_options(measures, backend)
     return jax.jit(fn, compiler_options=opts or None, **kwargs)

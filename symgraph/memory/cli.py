@@ -1,6 +1,6 @@
 """Plan the memory of a network (MXNet symbol JSON) and report it.
 
-    symgraph plan NET.json --shape data=64,3,224,224 [--train] [--strategy NAME] [--json]
+    symgraph plan NET.json --shape data=64,3,224,224 [--train] [--target h100] [--json]
                   [--plot OUT.png] [--budget 6GiB] [--optimizer NAME] [--recompute ALG]
 
 The report gives the buckets (arguments, gradients, aux, internal), the
@@ -10,7 +10,10 @@ tensors live there, and XLA's own figures for the program a Module runs
 for the net -- the step ``fit`` compiles, or ``predict``'s program --
 lowered with the memory measures ``--measures`` names (default ``auto``,
 the rule a Module uses; ``none`` for the plain lowering; ``--no-xla``
-skips compiling it). ``--json`` prints one JSON object;
+skips compiling it). ``--target h100`` (a100,
+a100-40gb, l4, a GpuTargetConfig file; gpu for the one present) compiles
+that program for a GPU instead of this machine's CPU -- deviceless, no GPU
+needed -- and says whether it fits the device. ``--json`` prints one JSON object;
 ``--plot OUT.png`` (or .svg, .pdf) also draws the memory per step of the
 schedule under every strategy (``symgraph.viz.plot_timeline``).
 ``--budget 6GiB`` (training) recomputes forward tensors in the backward so
@@ -58,6 +61,16 @@ def add_arguments(parser) -> None:
                              "auto (default: the rule a Module uses), none, or names "
                              "separated by commas: " + ", ".join(measures_mod.MEASURES)
                              + " (docs/memory.md, 'Plan vs XLA')")
+    parser.add_argument("--target", default="cpu", metavar="NAME|FILE",
+                        help="the device XLA's figures are for: cpu (default), gpu (the one "
+                             "present), a GPU description compiled without the GPU: "
+                             "h100, a100, a100-40gb, l4, or a GpuTargetConfig text file "
+                             "(needs pip install 'symgraph[gpu-plan]'); the report says "
+                             "whether the program fits the device")
+    parser.add_argument("--compute-dtype", default="float32",
+                        choices=("float32", "bfloat16", "float16"),
+                        help="the Module's compute dtype for the program XLA's figures are "
+                             "for (default float32)")
     parser.add_argument("--breakdown", action="store_true",
                         help="also show what XLA's temp holds at its busiest step: the "
                              "largest buffers, their kind and role, the node that made them")
@@ -150,6 +163,7 @@ def run(args) -> int:
     _check_output_options(args)
     budget = _budget(args)
     measures = _measures(args)
+    target = _target(args)
     group2ctx = _check_devices_options(args)
     net = load_net(args.net)
     if args.split is not None:
@@ -165,14 +179,15 @@ def run(args) -> int:
         from .. import xla
         from ..util import busy
         what = "training step" if args.train else "inference program"
-        with busy(f"XLA is compiling the Module's {what} for its memory figures"):
-            p.xla = xla.plan_memory(p, measures)
+        with busy(f"XLA is compiling the Module's {what} for {target.device}"):
+            p.xla = xla.plan_memory(p, measures, target, args.compute_dtype)
     breakdown = None
     if args.breakdown:
         from .. import xla
         from ..util import busy
         with busy("XLA is compiling the program whose temp --breakdown reads"):
-            breakdown = xla.memory_breakdown(xla.plan_step(p, measures), graph=p)
+            breakdown = xla.memory_breakdown(xla.plan_step(p, measures, target,
+                                                           args.compute_dtype), graph=p)
     if args.json:
         doc = p.to_json()
         if breakdown is not None:
@@ -258,6 +273,18 @@ def _budget(args):
         return parse_budget(args.budget)
     except BudgetError as err:
         raise UsageError(f"plan: --budget: {err}") from None
+
+
+def _target(args):
+    """``--target`` checked before any planning: a Target."""
+    from .. import targets
+    if args.no_xla and args.target != "cpu":
+        raise UsageError("plan: --target names the device XLA's figures are for; drop "
+                         "--no-xla")
+    try:
+        return targets.get(args.target)
+    except targets.TargetError as err:
+        raise UsageError(f"plan: --target: {err}") from None
 
 
 def _measures(args):

@@ -12,7 +12,13 @@ The JSON form is exactly::
      "predicted": int,
      "xla": {"temp": int, "argument": int, "output": int, "alias": int,
              "program": {"program": str, "devices": int, "backend": str,
-                         "optimizer": str (training), "measures": [names]}} or null,
+                         "target": {"name": str, "backend": str, "device": str,
+                                    "deviceless": bool, "memory": int or null,
+                                    "pool": int or null, "workspace_allowance": int},
+                         "optimizer": str (training), "measures": [names],
+                         "compute_dtype": str},
+             "fit": {"fits": bool, "footprint": int, "allowance": int, "need": int,
+                     "pool": int, "spare": int} (a target with known memory)} or null,
      "verified": true}
 
 ``total`` is arguments + gradients + aux + optimizer (the state of the
@@ -28,6 +34,8 @@ program ``xla`` is the figure of (temp + argument + output - alias), from
 the plan alone (``Plan.predicted``, memory/predict.py): for a plan that
 recomputes, of the fused or the staged step, whichever is predicted to
 hold less, as a Module under the budget picks (the text report names it).
+The prediction models XLA:CPU: where ``xla`` is a GPU target's figure
+``predicted`` is null (the compile is the figure of record there).
 
 A plan made with ``group2ctx`` also has ``"devices"``: one object per
 device that runs anything, ``{"device": "cpu(1)", "groups": [str], "ops":
@@ -39,7 +47,11 @@ int, "bytes": {the layout above}, "copies": {"in_bytes", "in_count",
 the ``memory_analysis()`` of the program a Module runs for the net (null
 when not computed): in training the step ``Module.fit`` compiles on one
 device (``program`` says which optimizer and memory measures), in
-inference the program ``predict`` runs.
+inference the program ``predict`` runs, compiled for ``program.target``
+(symgraph/targets: the CPU, the GPU present, or a GPU description compiled
+deviceless). ``fit`` says whether that footprint, plus the allowance for a
+convolution workspace a deviceless compile leaves out, fits the part of the
+device JAX's allocator takes (``pool``).
 """
 from __future__ import annotations
 
@@ -70,11 +82,39 @@ def report_json(plan) -> dict:
         "extra_flops": int(plan.extra_flops),
         "step_flops": int(plan.step_flops or 0),
         "algorithm": plan.algorithm,
-        "predicted": int(plan.predicted),
+        "predicted": int(plan.predicted) if _cpu_figure(plan) else None,
         "xla": None if plan.xla is None else dict(plan.xla),
         "verified": True,
         **({} if plan.devices is None else {"devices": plan.devices.to_json()}),
     }
+
+
+def _cpu_figure(plan) -> bool:
+    """Whether the plan's XLA figures (if any) are the CPU's, which the
+    prediction models."""
+    prog = (plan.xla or {}).get("program") or {}
+    return prog.get("backend", "cpu") == "cpu"
+
+
+def _target_line(t: dict) -> str:
+    if t["backend"] == "cpu":
+        return f"{t['device']} (cpu)"
+    how = ("compiled deviceless: no autotuning, so no cuDNN convolution workspace is in "
+           "these figures" if t["deviceless"] else "compiled on the device, autotuned")
+    mem = "" if t["memory"] is None else f", {t['memory'] / 2 ** 30:.1f} GiB"
+    return f"{t['device']} ({t['name']}{mem}; {how})"
+
+
+def _fit_line(fit: dict, t: dict) -> str:
+    allowance = (f" + {_mib(fit['allowance'])} MiB allowance for a convolution workspace"
+                 if fit["allowance"] else "")
+    pool = (f"the {_mib(fit['pool'])} MiB JAX's allocator takes of the "
+            f"{t['memory'] / 2 ** 30:.1f} GiB")
+    if fit["fits"]:
+        return (f"fits on one {t['device']}: footprint {_mib(fit['footprint'])} MiB"
+                f"{allowance} within {pool}, {_mib(fit['spare'])} MiB to spare")
+    return (f"does not fit on one {t['device']}: footprint {_mib(fit['footprint'])} MiB"
+            f"{allowance} is {_mib(-fit['spare'])} MiB over {pool}")
 
 
 def _mib(b) -> str:
@@ -160,8 +200,16 @@ def report_text(plan) -> str:
                          ([prog["optimizer"]] if prog.get("optimizer") else []) +
                          ["measures " + ("+".join(prog["measures"]) or "none")])
         lines.append(f"xla memory_analysis of {what}:")
+        if prog.get("target"):
+            lines.append(f"  target: {_target_line(prog['target'])}")
         lines.append("  " + ", ".join(f"{k} {_mib(x[k])} MiB"
                                       for k in ("temp", "argument", "output", "alias")) + ratio)
+        if x.get("fit"):
+            lines.append(_fit_line(x["fit"], prog["target"]))
+    if not _cpu_figure(plan):
+        lines.append("predicted footprint: none for a GPU target (the prediction models "
+                     "XLA:CPU; the compile above is the figure)")
+        return "\n".join(lines)
     fig = None if plan.xla is None or plan.xla.get("temp") is None else \
         plan.xla["argument"] + plan.xla["output"] - (plan.xla["alias"] or 0) + plan.xla["temp"]
     vs = f" ({plan.predicted / fig:.3f}x XLA's {_mib(fig)} MiB)" if fig else ""

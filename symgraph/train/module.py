@@ -903,14 +903,22 @@ class Module(Loops):
         the forward nodes recomputed, ``budget_plan.total`` the bytes."""
         return self._budget_plan
 
-    def compiled_memory(self) -> dict:
+    def compiled_memory(self, target=None) -> dict:
         """XLA's own figures (bytes) for the training step ``fit`` runs at
         the bound shapes (on every device, with this Module's optimizer and
         memory measures): temp, argument, output and alias sizes, and
-        ``program``, which says what was compiled."""
+        ``program``, which says what was compiled.
+
+        ``target``: compile instead the step ``fit`` would run on one device
+        of that target (``symgraph.targets.get``: 'h100', 'a100', 'l4', a
+        description file, 'gpu', 'cpu'), with the measure rule of its
+        backend; ``program['target']`` names it and ``fit`` says whether it
+        fits the device (``xla.fit_on``)."""
         if not self.optimizer_initialized:
             raise TrainError("compiled_memory: call init_optimizer() first")
         from .. import xla
+        if target is not None:
+            return self._compiled_memory_for(target)
         shapes = {d.name: jax.ShapeDtypeStruct(self._devices.global_shape(d.shape),
                                                d.dtype or "float32",
                                                sharding=self._devices.batch_sharded())
@@ -922,6 +930,40 @@ class Module(Loops):
         out = xla.analysis_dict(lowered.compile())
         out.pop("generated_code", None)
         out["program"] = self.program_info()
+        return out
+
+    def _compiled_memory_for(self, target) -> dict:
+        """``compiled_memory(target=)``: the one-device step for ``target``."""
+        from .. import targets, xla
+        from ..parallel.data_parallel import DeviceSet
+        t = targets.get(target)
+        progs = TrainPrograms(self.symbol, self._data_names, self._label_names,
+                              self._programs.trainable, self._programs.fixed, self._aux_names,
+                              DeviceSet(None), self._compute_dtype, self._loss_scale,
+                              self._memory_measures, recompute=self._programs.recompute,
+                              segments=self._programs.segments, backend=t.backend)
+        per_device = self._devices.n
+        shapes = {}
+        for d in self._data_shapes + self._label_shapes:
+            shape = tuple(self._devices.global_shape(d.shape))
+            shape = (shape[0] // per_device,) + shape[1:] if shape else shape
+            shapes[d.name] = jax.ShapeDtypeStruct(shape, d.dtype or "float32")
+        structs = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype),
+                               (self._params, self._opt_states, self._aux, self._fixed))
+        prog = progs.step(batch_signature(shapes), self._optimizer)
+        scalar = jax.ShapeDtypeStruct((), "float32")
+        step = xla.Step(prog, (*structs, shapes, scalar, scalar,
+                               jax.ShapeDtypeStruct((), self._key.dtype)),
+                        info={**self.program_info(), "devices": 1, "backend": t.backend,
+                              "target": t.to_json(),
+                              "measures": list(progs.measures(self.for_training))},
+                        jitted=True, target=t)
+        out = xla.memory(step)
+        out.pop("generated_code", None)
+        out["program"] = step.info
+        fit = xla.fit_on(t, xla.footprint(out), xla.has_convolution(self.symbol.graph()))
+        if fit is not None:
+            out["fit"] = fit
         return out
 
     def program_info(self) -> dict:

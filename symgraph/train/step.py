@@ -180,7 +180,8 @@ class TrainPrograms:
 
     def __init__(self, symbol, data_names, label_names, trainable, fixed, aux,
                  devices: DeviceSet, compute_dtype: str = "float32", loss_scale: float = 1.0,
-                 memory_measures="auto", recompute=(), segments=None):
+                 memory_measures="auto", recompute=(), segments=None,
+                 backend: str | None = None):
         self.symbol = symbol
         self.graph: Graph = symbol.graph()
         self.data_names = list(data_names)
@@ -204,6 +205,9 @@ class TrainPrograms:
         self.recompute = tuple(recompute or ())
         # the step ``step`` gives: None fused, True or a count staged, 'auto' the smaller
         self.segments = segments
+        # the backend the programs are compiled for (None: JAX's default);
+        # the measure rule and the compiler options follow it
+        self.backend = backend
 
     def set_recompute(self, names) -> None:
         """Recompute these forward nodes from now on; programs are rebuilt."""
@@ -249,13 +253,13 @@ class TrainPrograms:
     def measures(self, train: bool) -> tuple:
         """The memory measures the training (or inference) programs use."""
         return measures_mod.resolve(self._measures_spec, self.graph, train,
-                                    recompute=bool(self.recompute))
+                                    recompute=bool(self.recompute), backend=self.backend)
 
     def _lower(self, graph: Graph, train: bool):
         return measures_mod.lower_measured(graph, train, self.measures(train))
 
     def _jit(self, fn, train: bool, **kwargs):
-        return measures_mod.jit(fn, self.measures(train), **kwargs)
+        return measures_mod.jit(fn, self.measures(train), self.backend, **kwargs)
 
     # -- shapes -----------------------------------------------------------------------
     def local_shapes(self, sig) -> dict:

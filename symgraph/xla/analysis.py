@@ -5,6 +5,7 @@ the least temp).
 """
 from __future__ import annotations
 
+from .. import targets
 from .steps import Step, XlaError, plan_step
 
 
@@ -31,19 +32,21 @@ def footprint(m: dict) -> int:
 
 
 def memory(step_or_lowered, compiler_options: dict | None = None) -> dict | None:
-    """Compiles (a ``Step`` or a ``jax.stages.Lowered``) and returns
-    ``analysis_dict``."""
-    lowered, opts = _lowered(step_or_lowered, compiler_options)
-    return analysis_dict(lowered.compile(opts or None))
+    """Compiles (a ``Step``, for its target, or a ``jax.stages.Lowered``)
+    and returns ``analysis_dict``."""
+    return analysis_dict(compile_step(step_or_lowered, compiler_options))
 
 
-def _lowered(x, compiler_options):
+def compile_step(x, compiler_options: dict | None = None):
+    """A ``Step`` compiled for its target (checked: a program compiled for
+    another platform is refused), or a ``jax.stages.Lowered`` compiled."""
     if isinstance(x, Step):
-        return x.lower(), {**x.compiler_options, **(compiler_options or {})}
-    return x, dict(compiler_options or {})
+        return targets.get(x.target).compile(x, {**x.compiler_options,
+                                                 **(compiler_options or {})})
+    return x.compile(dict(compiler_options or {}) or None)
 
 
-def plan_memory(plan, measures="auto") -> dict | None:
+def plan_memory(plan, measures="auto", target=None, compute_dtype="float32") -> dict | None:
     """XLA's ``memory_analysis()`` of the program a Module runs for the
     plan's net (``plan_step``: training, the step ``fit`` runs on one
     device, SGD with momentum; inference, the program ``predict`` runs):
@@ -51,14 +54,42 @@ def plan_memory(plan, measures="auto") -> dict | None:
     compiled: devices, optimizer, measures); None when the backend gives
     nothing (temp, argument and output all 0 or unknown), a field it does
     not know is None. ``measures``: 'auto' (the rule a Module uses),
-    'none', or names. ``plan.xla = plan_memory(plan)`` puts the figures in
-    the plan's report and JSON."""
-    step = plan_step(plan, measures)
+    'none', or names. ``target``: the device it is compiled for
+    (``symgraph.targets.get``; ``program['target']`` names it).
+    ``plan.xla = plan_memory(plan)`` puts the figures in the plan's report
+    and JSON."""
+    step = plan_step(plan, measures, target, compute_dtype)
     m = memory(step)
     if m is None or not any(m[k] for k in ("temp", "argument", "output")):
         return None
-    return {**{k: m[k] for k in ("temp", "argument", "output", "alias")},
-            "program": step.info}
+    out = {**{k: m[k] for k in ("temp", "argument", "output", "alias")},
+           "program": step.info}
+    fit = fit_on(targets.get(target), footprint(m), has_convolution(plan.graph))
+    if fit is not None:
+        out["fit"] = fit
+    return out
+
+
+def has_convolution(graph) -> bool:
+    """Whether a graph runs a convolution (a cuDNN call with a workspace on a GPU)."""
+    return any(n.op is not None and n.op.name in ("Convolution", "Deconvolution")
+               for n in graph.nodes)
+
+
+def fit_on(target, footprint_bytes: int, convolutions: bool) -> dict | None:
+    """Whether a program of ``footprint_bytes`` fits one device of
+    ``target``: ``{"fits", "need", "pool", "spare"}`` where ``need`` is the
+    footprint plus the workspace allowance (a net with convolutions compiled
+    deviceless: ``Target.workspace``) and ``pool`` what JAX's allocator may
+    take of the device (``Target.pool``); None for a target with no known
+    memory (the CPU)."""
+    pool = target.pool
+    if pool is None:
+        return None
+    allowance = target.workspace if convolutions else 0
+    need = int(footprint_bytes) + allowance
+    return {"fits": need <= pool, "footprint": int(footprint_bytes), "allowance": allowance,
+            "need": need, "pool": pool, "spare": pool - need}
 
 
 def best_step(make, candidates) -> tuple:

@@ -15,7 +15,7 @@ import jax
 
 from ..graph import Graph
 from ..train.step import UPDATE_SCOPE
-from .analysis import _lowered, analysis_dict
+from .analysis import analysis_dict, compile_step
 from .steps import XlaError
 
 MIB = 2 ** 20
@@ -122,9 +122,9 @@ def memory_breakdown(step_or_lowered, graph=None,
     module docstring). ``graph``: the ``Plan`` (or ``Graph``) that was
     lowered, so values are attributed to its nodes and forward/backward
     roles."""
-    lowered, opts = _lowered(step_or_lowered, compiler_options)
     with tempfile.TemporaryDirectory(prefix="symgraph-xla-") as d:
-        compiled = lowered.compile({**opts, **DUMP_OPTIONS, "xla_dump_to": d})
+        compiled = compile_step(step_or_lowered, {**(compiler_options or {}), **DUMP_OPTIONS,
+                                                  "xla_dump_to": d})
         analysis = analysis_dict(compiled)
         files = {}
         for suffix in ("buffer-assignment.txt", "live-range.txt", "after_optimizations.txt"):

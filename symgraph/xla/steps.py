@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import measures as measures_mod
+from .. import targets
 from ..errors import SymgraphError
 from ..graph import Graph
 from ..lower import lower
@@ -59,7 +60,9 @@ class Step:
     ``fn`` is a function, or (``jitted``) the jitted program itself -- the
     one a Module runs; ``args`` are ShapeDtypeStructs for ``lower()``;
     ``compiler_options`` go to ``Lowered.compile``; ``info`` says which
-    program it is (devices, optimizer, measures).
+    program it is (devices, optimizer, measures, target); ``target``: the
+    ``symgraph.targets.Target`` it is compiled for (None: JAX's default
+    backend).
     """
 
     fn: object
@@ -68,6 +71,7 @@ class Step:
     compiler_options: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
     jitted: bool = False
+    target: object = None
 
     def jit(self):
         if self.jitted:
@@ -104,7 +108,7 @@ def plan_recompute(plan) -> list:
             for r in getattr(plan, "recompute", None) or ()]
 
 
-def _programs(plan, measures, compute_dtype="float32", recompute=()):
+def _programs(plan, measures, compute_dtype="float32", recompute=(), backend=None):
     from ..parallel.data_parallel import DeviceSet
     from ..symbol import Symbol
     from ..train.step import TrainPrograms
@@ -112,7 +116,7 @@ def _programs(plan, measures, compute_dtype="float32", recompute=()):
     fixed = [n for n in g.list_arguments() if n not in wrt and n not in data + labels]
     progs = TrainPrograms(Symbol(g.outputs), data, labels, wrt, fixed,
                           g.list_auxiliary_states(), DeviceSet(None), compute_dtype,
-                          memory_measures=measures, recompute=recompute)
+                          memory_measures=measures, recompute=recompute, backend=backend)
     inf = plan.inferred
     # the forward graph's variables are the plan graph's: same inferred shapes
     structs = _structs(plan.graph, inf, {n.name for n in g.variables})
@@ -124,7 +128,7 @@ def _signature(structs: dict, names) -> tuple:
 
 
 def training_step(plan, optimizer=None, measures="auto", recompute=None,
-                  segments="auto") -> Step:
+                  segments="auto", target=None, compute_dtype="float32") -> Step:
     """The training step ``Module.fit`` runs for a training ``Plan``'s net,
     on one device: ``TrainPrograms.fused`` -- forward, the explicit
     backward, the optimizer update (SGD with momentum 0.9 unless
@@ -138,13 +142,18 @@ def training_step(plan, optimizer=None, measures="auto", recompute=None,
     runs staged (``TrainPrograms.staged``, a program per segment) in that
     many segments, True for the default count, None as one fused program;
     'auto', as a Module under a budget: where it recomputes, whichever of
-    the two XLA's figures say holds less."""
+    the two XLA's figures say holds less. ``target``: the device it is
+    compiled for (``symgraph.targets.get``: 'cpu' by default, 'h100', a
+    description file, 'gpu'); the measure rule follows its backend.
+    ``compute_dtype``: the Module's (float32, bfloat16, float16)."""
     from ..train import optimizer as opt_mod
+    target = targets.get(target)
     if not plan.train:
         raise XlaError("training_step needs a training plan (plan(..., train=True))")
     if recompute is None:
         recompute = plan_recompute(plan)
-    progs, g, structs, wrt, batch, fixed = _programs(plan, measures, recompute=recompute)
+    progs, g, structs, wrt, batch, fixed = _programs(plan, measures, compute_dtype,
+                                                     recompute, target.backend)
     bsz = structs[batch[0]].shape[0] if batch else 1
     if optimizer is None:
         name, params = DEFAULT_OPTIMIZER
@@ -162,35 +171,42 @@ def training_step(plan, optimizer=None, measures="auto", recompute=None,
             {k: structs[k] for k in fixed}, {k: structs[k] for k in batch}, scalar, scalar,
             jax.random.key(0))
     ms = progs.measures(True)
-    return Step(prog, args, (0, 1, 2), measures_mod.compiler_options(ms),
+    return Step(prog, args, (0, 1, 2), measures_mod.compiler_options(ms, target.backend),
                 {"program": "Module.fit step", "devices": 1,
-                 "backend": jax.default_backend(), "optimizer": optimizer.describe(),
-                 "measures": list(ms), "recompute": len(recompute),
-                 "segments": segments}, jitted=True)
+                 "backend": target.backend, "target": target.to_json(),
+                 "optimizer": optimizer.describe(), "measures": list(ms),
+                 "recompute": len(recompute), "segments": segments,
+                 "compute_dtype": compute_dtype or "float32"}, jitted=True, target=target)
 
 
-def inference_step(plan, measures="auto") -> Step:
+def inference_step(plan, measures="auto", target=None, compute_dtype="float32") -> Step:
     """The inference program ``Module.predict``/``score`` run for an
-    inference ``Plan``'s net, on one device (``TrainPrograms.infer``).
-    Its arguments are ``INFER_STEP_ARGS``."""
+    inference ``Plan``'s net, on one device (``TrainPrograms.infer``),
+    compiled for ``target`` (see ``training_step``). Its arguments are
+    ``INFER_STEP_ARGS``."""
     if plan.train:
         raise XlaError("inference_step needs an inference plan (train=False)")
-    progs, g, structs, _, batch, fixed = _programs(plan, measures)
+    target = targets.get(target)
+    progs, g, structs, _, batch, fixed = _programs(plan, measures, compute_dtype,
+                                                   backend=target.backend)
     prog = progs.infer(_signature(structs, batch))
     scalar = jax.ShapeDtypeStruct((), jnp.float32)
     args = ({}, {k: structs[k] for k in g.list_auxiliary_states()},
             {k: structs[k] for k in fixed}, {k: structs[k] for k in batch}, scalar,
             jax.random.key(0))
     ms = progs.measures(False)
-    return Step(prog, args, (), measures_mod.compiler_options(ms),
+    return Step(prog, args, (), measures_mod.compiler_options(ms, target.backend),
                 {"program": "Module.predict", "devices": 1,
-                 "backend": jax.default_backend(), "measures": list(ms)}, jitted=True)
+                 "backend": target.backend, "target": target.to_json(),
+                 "measures": list(ms), "compute_dtype": compute_dtype or "float32"},
+                jitted=True, target=target)
 
 
-def plan_step(plan, measures="auto") -> Step:
+def plan_step(plan, measures="auto", target=None, compute_dtype="float32") -> Step:
     """The program a Plan's XLA figures come from: ``training_step`` for a
-    training plan, ``inference_step`` otherwise."""
-    return (training_step if plan.train else inference_step)(plan, measures=measures)
+    training plan, ``inference_step`` otherwise, compiled for ``target``."""
+    return (training_step if plan.train else inference_step)(
+        plan, measures=measures, target=target, compute_dtype=compute_dtype)
 
 
 def _gradient_names(plan) -> list:

@@ -54,6 +54,7 @@ class MaxBatch:
     plans: int = 0
     notes: list = field(default_factory=list)
     plan: object = field(default=None, repr=False, compare=False)
+    target: dict | None = None
 
     def to_json(self) -> dict:
         """The ``symgraph max-batch --json`` dictionary."""
@@ -61,7 +62,8 @@ class MaxBatch:
                 "recompute": [dict(r) for r in self.recompute],
                 "xla": None if self.xla is None else int(self.xla),
                 "budget": int(self.budget), "plan_batch": int(self.plan_batch),
-                "train": bool(self.train), "notes": list(self.notes)}
+                "train": bool(self.train), "notes": list(self.notes),
+                "target": self.target}
 
 
 def _budget_error(message: str, budget: int, smallest: int | None) -> BudgetError:
@@ -162,9 +164,10 @@ def plan_total(plan, optimizer=None) -> int:
     return int(plan.total) + extra
 
 
-def max_batch(net, shapes: dict, budget, train: bool = True, optimizer=None,
+def max_batch(net, shapes: dict, budget=None, train: bool = True, optimizer=None,
               recompute: bool = True, xla: bool = True, batch_axis: int = 0,
-              progress: bool = True, limit: int = DEFAULT_LIMIT, **plan_kwargs) -> MaxBatch:
+              progress: bool = True, limit: int = DEFAULT_LIMIT, target=None,
+              **plan_kwargs) -> MaxBatch:
     """The largest batch of ``net`` whose plan fits ``budget`` (bytes, or a
     string such as '16GiB'), found by planning, not running.
 
@@ -177,10 +180,21 @@ def max_batch(net, shapes: dict, budget, train: bool = True, optimizer=None,
         found (compile only) and step the batch down while XLA's figure is
         above the budget. progress: a tqdm bar on stderr while searching.
     limit: the largest batch tried. Other keywords go to ``sg.plan``.
+    target: the device XLA's check compiles for (``symgraph.targets.get``:
+        'cpu' by default, 'h100', 'a100', 'l4', a description file, 'gpu');
+        for a GPU the batch is the largest whose program fits by XLA's
+        figure, searched up from the plans' answer as well as down (the
+        next batch up is compiled and does not fit), and ``budget``
+        defaults to the device's pool less the convolution workspace
+        allowance (``default_budget``).
 
     A budget that batch 1 does not fit raises a BudgetError (a PlanError)
     naming the smallest total reachable at batch 1 and the budget.
     """
+    from .. import targets
+    target = targets.get(target)
+    if budget is None:
+        budget = default_budget(target, net)
     budget = parse_budget(budget)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise PlanError(f"max_batch: limit must be a positive int, got {limit!r}")
@@ -212,14 +226,17 @@ def max_batch(net, shapes: dict, budget, train: bool = True, optimizer=None,
         found = lo
         xla_bytes = None
         if xla:
-            found, xla_bytes = _confirm(run, lo, budget, train, optimizer, bar, notes)
+            found, xla_bytes = _confirm(run, lo, budget, train, optimizer, bar, notes, target)
+            if target.backend != "cpu" and xla_bytes is not None:
+                found, xla_bytes = _search_up(run, found, xla_bytes, budget, limit,
+                                              optimizer, target, bar, notes)
     finally:
         bar.close()
     _, total, p = run(found)
     return MaxBatch(batch=found, total=int(total), recompute=list(getattr(p, "recompute", None)
                                                                   or []),
                     xla=xla_bytes, budget=budget, plan_batch=lo, train=train,
-                    plans=run.count, notes=notes, plan=p)
+                    plans=run.count, notes=notes, plan=p, target=target.to_json())
 
 
 def _search(run, limit: int, bar) -> tuple:
@@ -250,13 +267,72 @@ def _search(run, limit: int, bar) -> tuple:
     return lo, hi
 
 
-def _confirm(run, batch: int, budget: int, train: bool, optimizer, bar, notes) -> tuple:
+def default_budget(target, net) -> int:
+    """The budget a GPU target gives when none is named: the part of the
+    device JAX's allocator takes (``Target.pool``), less the allowance for
+    a convolution workspace a deviceless compile leaves out."""
+    from ..xla import has_convolution
+    from .pipeline import as_graph
+    if target.pool is None:
+        raise PlanError("max_batch: give a budget (the CPU target has no device memory to "
+                        "default to)")
+    return target.pool - (target.workspace if has_convolution(as_graph(net)) else 0)
+
+
+def _search_up(run, batch: int, fp: int, budget: int, limit: int, optimizer, target, bar,
+               notes) -> tuple:
+    """(batch, footprint): from a batch whose program fits, the largest
+    whose program fits by XLA's figure -- the plans may say less than the
+    program holds. The footprint grows about linearly with the batch: the
+    next guess is where the line through the last two figures meets the
+    budget, then bisection between the last fit and the first miss."""
+    first, lo, lo_fp, hi = batch, batch, fp, None
+    cand = lo + 1
+    while cand <= limit:
+        f = _footprint_at(run, cand, optimizer, target, bar)
+        if f > budget:
+            hi = cand
+            break
+        slope = max(1, (f - lo_fp) // (cand - lo))
+        lo, lo_fp = cand, f
+        cand = min(limit, max(lo + 1, lo + (budget - f) // slope))
+        if lo == limit:
+            break
+    while hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        f = _footprint_at(run, mid, optimizer, target, bar)
+        if f <= budget:
+            lo, lo_fp = mid, f
+        else:
+            hi = mid
+    if lo != first:
+        notes.append(f"XLA's figure at batch {first} leaves room: searched up to batch {lo}, "
+                     f"the largest whose program fits (batch {lo + 1}'s does not)")
+    return lo, lo_fp
+
+
+def _footprint_at(run, batch: int, optimizer, target, bar) -> int:
+    """XLA's footprint of the program a Module runs at ``batch``: its
+    budgeted plan's, or, where no plan fits the budget, the plan's without
+    recompute."""
+    bar.set_postfix_str(f"compiling batch {batch}")
+    p = run(batch)[2]
+    if p is None:
+        from .pipeline import plan
+        p = plan(run.graph, run.at(batch), train=run.train, **run.kwargs)
+    m = xla_footprint(p, optimizer, target)
+    bar.update(1)
+    return m
+
+
+def _confirm(run, batch: int, budget: int, train: bool, optimizer, bar, notes,
+             target=None) -> tuple:
     """(batch, XLA's footprint there): the batch stepped down while the
     compiled program's footprint is above the budget."""
     first = batch
     while True:
         bar.set_postfix_str(f"compiling batch {batch}")
-        m = xla_footprint(run(batch)[2], optimizer)
+        m = xla_footprint(run(batch)[2], optimizer, target)
         bar.update(1)
         if m is None or m <= budget:
             if batch != first:
@@ -275,17 +351,17 @@ def _confirm(run, batch: int, budget: int, train: bool, optimizer, bar, notes) -
             batch -= 1
 
 
-def xla_footprint(plan, optimizer=None) -> int | None:
+def xla_footprint(plan, optimizer=None, target=None) -> int | None:
     """XLA's footprint (temp + argument + output - alias) of the program a
     Module runs for ``plan``, compiled, not run; None where the backend gives
     no figures. Training with no optimizer named compiles plain SGD (no
-    state), as the plan counts none."""
+    state), as the plan counts none. ``target``: the device compiled for."""
     from .. import xla
     if plan.train:
         opt = _optimizer(optimizer) or _optimizer("sgd")
-        step = xla.training_step(plan, optimizer=opt)
+        step = xla.training_step(plan, optimizer=opt, target=target)
     else:
-        step = xla.inference_step(plan)
+        step = xla.inference_step(plan, target=target)
     m = xla.memory(step)
     if m is None or m.get("temp") is None or m.get("argument") is None:
         return None

@@ -1,6 +1,6 @@
 """The largest batch of a network that fits a memory budget.
 
-    symgraph max-batch NET.json --shape data=1,3,224,224 --budget 16GiB [--train]
+    symgraph max-batch NET.json --shape data=1,3,224,224 --budget 16GiB [--train] [--target h100]
                        [--optimizer NAME] [--no-recompute] [--no-xla] [--json]
 
 The batch is set on the first axis of every input --shape gives (any batch
@@ -11,10 +11,15 @@ recompute forward tensors in the backward to fit (--no-recompute: plans as
 they are). The batch found is confirmed by compiling, not running, the
 program a Module would run at that batch: where XLA's figure (temp +
 argument + output - alias) is above the budget the batch is stepped down
-until it fits (--no-xla skips the compile). In a terminal a progress bar
+until it fits (--no-xla skips the compile). With a GPU --target (h100, a100,
+a100-40gb, l4, a description file, gpu) the program is compiled for that
+device (deviceless for a description), the budget defaults to the device's
+memory JAX's allocator takes less a convolution workspace allowance, and
+the search also goes up from the plans' answer: the batch printed is the
+largest whose program fits, and the next one's does not. In a terminal a progress bar
 on stderr shows the search. --json prints {"batch": N, "total": bytes, "recompute": [...],
 "xla": bytes or null, "budget": bytes, "plan_batch": N, "train": bool,
-"notes": [...]}.
+"notes": [...], "target": {...}}.
 """
 from __future__ import annotations
 
@@ -31,9 +36,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--shape", action="append", metavar="NAME=DIMS", default=[],
                         help="input shape at any batch, e.g. data=1,3,224,224 (repeat for "
                              "each input); the batch is its first dimension")
-    parser.add_argument("--budget", required=True, metavar="BYTES",
+    parser.add_argument("--budget", default=None, metavar="BYTES",
                         help="the memory budget: bytes, or a number with a unit (16GiB, "
-                             "512MiB, 6GB = 6e9 bytes)")
+                             "512MiB, 6GB = 6e9 bytes); required on the CPU, with a GPU "
+                             "--target it defaults to the part of the device JAX's allocator "
+                             "takes less a convolution workspace allowance")
+    parser.add_argument("--target", default="cpu", metavar="NAME|FILE",
+                        help="the device the batch must fit: cpu (default), gpu (the one "
+                             "present), or a GPU description compiled without the GPU: h100, "
+                             "a100, a100-40gb, l4, or a GpuTargetConfig text file")
     parser.add_argument("--train", action="store_true",
                         help="the training step (forward, backward, gradients); default: "
                              "inference")
@@ -53,20 +64,36 @@ def run(args) -> int:
     shapes = parse_shapes(args.shape)
     from .budget import parse_budget
     from .maxbatch import _optimizer, max_batch
-    budget = parse_budget(args.budget)  # a malformed budget fails before the net is read
+    from .. import targets
+    try:
+        target = targets.get(args.target)
+    except targets.TargetError as err:
+        raise UsageError(f"max-batch: --target: {err}") from None
+    if args.budget is None and target.pool is None:
+        raise UsageError("max-batch: --budget is required (or a GPU --target, whose memory "
+                         "is the default budget)")
+    if args.no_xla and target.backend != "cpu":
+        raise UsageError("max-batch: a GPU --target is answered by XLA's figure; drop --no-xla")
+    # a malformed budget fails before the net is read
+    budget = None if args.budget is None else parse_budget(args.budget)
     if args.optimizer is not None and not args.train:
         raise UsageError("max-batch: --optimizer needs --train (inference keeps no "
                          "optimizer state)")
     _optimizer(args.optimizer)
     net = load_net(args.net)
     r = max_batch(net, shapes, budget, train=args.train, optimizer=args.optimizer,
-                  recompute=not args.no_recompute, xla=not args.no_xla)
+                  recompute=not args.no_recompute, xla=not args.no_xla, target=target)
     if args.json:
         print(json.dumps(r.to_json()))
         return 0
     mode = "training" if r.train else "inference"
     print(f"max batch: {r.batch}  ({mode}, budget {r.budget:,} bytes = "
           f"{r.budget / MIB:,.1f} MiB; {r.plans} plans)")
+    print(f"  target: {target.describe()}")
+    if args.budget is None:
+        print(f"  budget: the {target.pool / MIB:,.1f} MiB JAX's allocator takes of the "
+              f"device, less {(target.pool - r.budget) / MIB:,.1f} MiB for a convolution "
+              f"workspace")
     print(f"  plan total at batch {r.batch}: {r.total:,} bytes ({r.total / MIB:,.1f} MiB)")
     if r.recompute:
         saved = sum(int(x.get("bytes", 0)) for x in r.recompute)

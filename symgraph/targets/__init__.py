@@ -308,11 +308,14 @@ def use_cpu_without_gpu() -> None:
             return
     except (ImportError, ValueError):
         return
-    with _stderr_captured() as log:  # the plugin logs "no CUDA driver" on import
+    # the plugin logs "no CUDA driver" each time it is loaded: on import and
+    # when the backends start, which happens here, on the CPU
+    with _stderr_captured() as log:
         import jax
+        if not jax.config.jax_platforms:
+            jax.config.update("jax_platforms", "cpu")
+        jax.devices()
     _replay(log())
-    if not jax.config.jax_platforms:
-        jax.config.update("jax_platforms", "cpu")
 
 
 # what the CUDA plugin logs, without a GPU, each time it is loaded

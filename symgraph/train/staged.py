@@ -71,7 +71,9 @@ def _sharding_key(x):
 
 def _itemsize(dtype) -> int:
     if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
-        return jax.random.key_data(jax.random.key(0)).nbytes  # a key is its data
+        # a key is its data; shapes only: nothing runs (a deviceless target has no device)
+        data = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))
+        return int(np.prod(data.shape)) * np.dtype(data.dtype).itemsize
     return np.dtype(dtype).itemsize
 
 

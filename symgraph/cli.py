@@ -213,6 +213,9 @@ def main(argv=None) -> int:
             parser.print_usage(sys.stdout)
             raise UsageError(f"no command given; choose one of {', '.join(SUBCOMMANDS)} "
                              f"(symgraph --help says more)")
+        if args._run.__module__ != "symgraph.parallel.launch":  # its children start their own
+            from .targets import start_quietly
+            start_quietly()
         code = int(args._run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not at exit past this handler
         return code

@@ -702,7 +702,7 @@ def first_plan(budget: int, plan_for, *, keep_recompute=False):
 
 
 def fit_program(first, budget: int, plan_for, footprint_of, *, keep_recompute=False,
-                rounds: int = PROGRAM_FIT_ROUNDS) -> ProgramFit:
+                rounds: int = PROGRAM_FIT_ROUNDS, try_plain=None) -> ProgramFit:
     """The plan whose *program* fits ``budget``, not only whose plan does.
 
     ``first``: the plan to ``budget``; ``plan_for(b)``: a plan to budget
@@ -723,7 +723,9 @@ def fit_program(first, budget: int, plan_for, footprint_of, *, keep_recompute=Fa
        excess, at most ``rounds`` times.
 
     Where no program fits, the smallest compiled is the answer
-    (``fits`` False)."""
+    (``fits`` False). ``try_plain``: whether step 1 compiles the program
+    without recompute; None: where ``may_fit`` says (the prediction models
+    XLA:CPU: a GPU target passes True)."""
     tried = []
 
     def measure(p):
@@ -733,7 +735,7 @@ def fit_program(first, budget: int, plan_for, footprint_of, *, keep_recompute=Fa
 
     if first.recompute and not keep_recompute:
         plain = plan_for(None)
-        if may_fit(plain, budget):
+        if may_fit(plain, budget) if try_plain is None else try_plain:
             held = measure(plain)
             if held <= budget:
                 return ProgramFit(plain, held, True, tuple(tried))

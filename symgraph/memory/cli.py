@@ -175,7 +175,20 @@ def run(args) -> int:
              name=os.path.splitext(os.path.basename(args.net))[0],
              budget=budget, optimizer=args.optimizer, recompute=args.recompute,
              group2ctx=group2ctx, layout=args.layout)
-    if not args.no_xla:
+    if not args.no_xla and budget is not None and target.backend != "cpu" \
+            and measures == "auto" and args.split is None:
+        from .. import xla
+        from ..util import busy
+        # the program a Module under the budget runs: planned again to XLA's excess
+        with busy(f"XLA is fitting the budgeted training step to {target.device}"):
+            p, p.xla, holds = xla.fit_budget(
+                net, shapes, budget, target, optimizer=args.optimizer,
+                recompute=args.recompute, compute_dtype=args.compute_dtype,
+                outputs=args.head, fuse=not args.no_fuse, schedule=args.schedule,
+                match_range=args.match_range, strategy=args.strategy, layout=args.layout,
+                name=os.path.splitext(os.path.basename(args.net))[0])
+        p.xla["budget_holds"] = holds
+    elif not args.no_xla:
         from .. import xla
         from ..util import busy
         what = "training step" if args.train else "inference program"

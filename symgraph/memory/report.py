@@ -18,7 +18,8 @@ The JSON form is exactly::
                          "optimizer": str (training), "measures": [names],
                          "compute_dtype": str},
              "fit": {"fits": bool, "footprint": int, "allowance": int, "need": int,
-                     "pool": int, "spare": int} (a target with known memory)} or null,
+                     "pool": int, "spare": int} (a target with known memory),
+             "budget_holds": bool (plan --budget with a GPU --target)} or null,
      "verified": true}
 
 ``total`` is arguments + gradients + aux + optimizer (the state of the
@@ -206,6 +207,12 @@ def report_text(plan) -> str:
                                       for k in ("temp", "argument", "output", "alias")) + ratio)
         if x.get("fit"):
             lines.append(_fit_line(x["fit"], prog["target"]))
+        if "budget_holds" in x and plan.budget is not None:
+            held = x["argument"] + x["output"] - (x["alias"] or 0) + x["temp"]
+            lines.append(f"budget {_mib(plan.budget)} MiB: the program holds {_mib(held)} MiB, "
+                         + ("within it" if x["budget_holds"] else
+                            "over it: no program compiled held the budget (the smallest "
+                            "is shown)"))
     if not _cpu_figure(plan):
         lines.append("predicted footprint: none for a GPU target (the prediction models "
                      "XLA:CPU; the compile above is the figure)")

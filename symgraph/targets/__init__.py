@@ -156,7 +156,8 @@ def compiled_platform(compiled) -> str | None:
     """'cpu' or 'gpu': the platform a ``jax.stages.Compiled`` runs on, read
     from its input shardings' devices (None for a program with no inputs)."""
     import jax
-    for s in jax.tree.leaves(compiled.input_shardings):
+    # a staged step's sequence of programs has no shardings of its own
+    for s in jax.tree.leaves(getattr(compiled, "input_shardings", None)):
         for d in getattr(s, "device_set", ()):
             return "gpu" if d.platform in ("gpu", "cuda", "rocm") else d.platform
     return None
@@ -308,14 +309,29 @@ def use_cpu_without_gpu() -> None:
             return
     except (ImportError, ValueError):
         return
-    # the plugin logs "no CUDA driver" each time it is loaded: on import and
-    # when the backends start, which happens here, on the CPU
+    # the plugin logs "no CUDA driver" each time it is loaded: on import here,
+    # and when the backends start (``start_quietly``)
     with _stderr_captured() as log:
         import jax
-        if not jax.config.jax_platforms:
-            jax.config.update("jax_platforms", "cpu")
-        jax.devices()
     _replay(log())
+    if not jax.config.jax_platforms:
+        jax.config.update("jax_platforms", "cpu")
+        _QUIET_START.append(True)
+
+
+_QUIET_START: list = []
+
+
+def start_quietly() -> None:
+    """Starts JAX's backends with the CUDA plugin's start-up noise held back
+    where ``use_cpu_without_gpu`` chose the CPU (the command line calls it;
+    a library must not start the backends at import: ``jax.distributed``
+    needs to come first)."""
+    if _QUIET_START:
+        import jax
+        with _stderr_captured() as log:
+            jax.devices()
+        _replay(log())
 
 
 # what the CUDA plugin logs, without a GPU, each time it is loaded

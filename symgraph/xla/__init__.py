@@ -43,7 +43,7 @@ The package: ``steps.py`` (the step views and a plain-JAX step),
 ``analysis.py`` (XLA's memory figures of a step or a plan), ``hlo.py``
 (reading XLA's dump: the breakdown of its temp allocation).
 """
-from .analysis import (analysis_dict, best_step, compile_step, fit_on, footprint,
+from .analysis import (analysis_dict, best_step, compile_step, fit_budget, fit_on, footprint,
                        has_convolution, memory, plan_memory)
 from .hlo import (DUMP_OPTIONS, KINDS, MIB, ROLES, Breakdown, Buffer, memory_breakdown,
                   parse_breakdown)
@@ -53,6 +53,6 @@ from .steps import (DEFAULT_OPTIMIZER, INFER_CANDIDATES, INFER_STEP_ARGS, MEASUR
 
 __all__ = ["DEFAULT_OPTIMIZER", "DUMP_OPTIONS", "INFER_CANDIDATES", "INFER_STEP_ARGS", "KINDS",
            "MEASURES", "MIB", "ROLES", "TRAIN_CANDIDATES", "TRAIN_STEP_ARGS", "Breakdown",
-           "Buffer", "Step", "XlaError", "analysis_dict", "best_step", "compile_step", "fit_on", "footprint", "has_convolution",
+           "Buffer", "Step", "XlaError", "analysis_dict", "best_step", "compile_step", "fit_budget", "fit_on", "footprint", "has_convolution",
            "inference_step", "measures_label", "memory", "memory_breakdown", "parse_breakdown",
            "plain_jax_step", "plan_memory", "plan_recompute", "plan_step", "training_step"]

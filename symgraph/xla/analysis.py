@@ -108,3 +108,35 @@ def best_step(make, candidates) -> tuple:
     if best is None:
         raise XlaError("best_step: no candidates")
     return best + (temps,)
+
+
+def fit_budget(net, shapes: dict, budget, target=None, optimizer=None, recompute="auto",
+               compute_dtype="float32", **plan_kwargs):
+    """``(plan, figures, fits)``: the training plan whose *program*, compiled
+    for ``target``, fits ``budget`` -- what a Module under
+    ``memory_budget=budget`` runs (``memory.budget.fit_program``: the plan
+    to the budget, the step without recompute where it holds less, then
+    plans again to the excess XLA's figure shows). ``figures`` are
+    ``plan_memory``'s for the plan chosen; ``fits`` False where no program
+    compiled held the budget (the smallest is returned)."""
+    from ..memory.budget import first_plan, fit_program, parse_budget
+    from ..memory.pipeline import plan
+    t = targets.get(target)
+    budget = parse_budget(budget)
+    keep = recompute not in (None, "auto") and not isinstance(recompute, str)
+    figures = {}
+
+    def plan_for(b):
+        if b is None:
+            return plan(net, shapes, train=True, optimizer=optimizer, **plan_kwargs)
+        return plan(net, shapes, train=True, budget=b, optimizer=optimizer,
+                    recompute=recompute, **plan_kwargs)
+
+    def footprint_of(p):
+        figures[id(p)] = plan_memory(p, target=t, compute_dtype=compute_dtype)
+        return footprint(figures[id(p)])
+
+    first = first_plan(budget, plan_for, keep_recompute=keep)
+    fit = fit_program(first, budget, plan_for, footprint_of, keep_recompute=keep,
+                      try_plain=True if t.backend != "cpu" else None)
+    return fit.plan, figures[id(fit.plan)], fit.fits

@@ -8,7 +8,8 @@
 
 For each zoo net and compute dtype: the arena plan (``sg.plan``; in
 bfloat16 the plan of the net fed bfloat16 data, as a Module computing in
-bfloat16 stores its activations) and XLA's temp of the training step
+bfloat16 stores its activations; the program is the float32 net's with
+``compute_dtype``, float32 parameters as a Module keeps them) and XLA's temp of the training step
 ``Module.fit`` compiles (SGD with momentum 0.9, donated) and of the
 inference program, both for ``--target`` with the measure rule of its
 backend (``xla.plan_memory(plan, target=...)``). Compile only: nothing
@@ -43,14 +44,18 @@ def row(name: str, batch: int, dtype: str, target: str) -> dict:
     dtypes = None if dtype == "float32" else {"data": dtype}
     out = {"net": name, "batch": batch, "dtype": dtype, "target": target}
     for mode in ("train", "infer"):
-        p = plan(net, shapes, train=mode == "train", dtypes=dtypes, name=name)
+        # the program: the float32 net computing in ``dtype`` (float32
+        # parameters, as a Module keeps them); the arena: the net in ``dtype``
+        p = plan(net, shapes, train=mode == "train", name=name)
+        arena = p if dtypes is None else plan(net, shapes, train=mode == "train",
+                                              dtypes=dtypes, name=name)
         t0 = time.perf_counter()
         m = xla.plan_memory(p, target=target, compute_dtype=dtype)
-        out[mode] = {"arena": p.internal["arena"], "temp": m["temp"],
-                     "ratio": m["temp"] / p.internal["arena"],
+        out[mode] = {"arena": arena.internal["arena"], "temp": m["temp"],
+                     "ratio": m["temp"] / arena.internal["arena"],
                      "footprint": xla.footprint(m), "measures": m["program"]["measures"],
                      "compile_s": time.perf_counter() - t0}
-        print(f"{name} {dtype} {mode}: arena {p.internal['arena'] / MIB:,.0f} MiB, temp "
+        print(f"{name} {dtype} {mode}: arena {arena.internal['arena'] / MIB:,.0f} MiB, temp "
               f"{m['temp'] / MIB:,.0f} MiB ({out[mode]['ratio']:.2f}x)", flush=True)
     return out
 

@@ -165,8 +165,12 @@ class JaxInterpreter(Interpreter):
     """Evaluates each node with its op's JAX lowering; collects aux updates."""
 
     def __init__(self, graph: Graph, is_train: bool, key=None, anchor: str | None = None,
-                 wgrad_chunks: int = 1, wgrad_first: bool = False):
+                 wgrad_chunks: int = 1, wgrad_first: bool = False, anchor_tie: str = "add"):
         super().__init__(graph)
+        if anchor_tie not in ANCHOR_TIES:
+            raise SymgraphError(f"anchor_tie={anchor_tie!r}; use one of "
+                                f"{', '.join(map(repr, ANCHOR_TIES))}")
+        self.anchor_tie = anchor_tie
         if anchor is not None and anchor not in ANCHORS:
             raise SymgraphError(f"anchor={anchor!r}; use None or one of "
                                 f"{', '.join(map(repr, ANCHORS))}")
@@ -227,7 +231,8 @@ class JaxInterpreter(Interpreter):
         ctx = LowerCtx(self.is_train, self.key, original or node.name,
                        self.wgrad_chunks if wgrad else 1, wgrad and self.wgrad_first)
         if len(inputs) > 1 and _anchored(self.anchor, fwd):
-            inputs = tie_to_first(inputs)
+            inputs = (tie_to_first(inputs) if self.anchor_tie == "add" else
+                      barrier_to_first(inputs, [e.node.op is None for e in node.inputs]))
         try:
             with jax.named_scope(node.name):  # XLA's metadata names the node (xla/hlo.py reads it)
                 res = lowering(node.params, ctx, *inputs)
@@ -269,6 +274,27 @@ def tie_to_first(inputs: list) -> list:
         if jnp.issubdtype(x.dtype, jnp.floating) and x.ndim >= 2:
             x = x + s.astype(x.dtype)
         out.append(x)
+    return out
+
+
+def barrier_to_first(inputs: list, variable: list) -> list:
+    """Ties tensors to the first one through ``jax.lax.optimization_barrier``:
+    the values pass through without a copy, and nothing that reads them can
+    run before the first exists. Variables (weights, biases) stay untied:
+    they are arguments, there is no early work on them to prevent. The GPU
+    form of the anchor: ``tie_to_first``'s ``x + g[0]*0`` materialises a
+    copy of each tensor a cuDNN, cuBLAS or Triton call reads (on VGG-16 a
+    784 MiB activation and the 392 MiB fc6 weight, docs/memory.md "Which
+    device")."""
+    g = inputs[0]
+    sel = [i for i in range(1, len(inputs)) if not variable[i]
+           and jnp.issubdtype(inputs[i].dtype, jnp.floating) and inputs[i].ndim >= 2]
+    if g.size == 0 or not sel:
+        return inputs
+    _, tied = jax.lax.optimization_barrier((g, [inputs[i] for i in sel]))
+    out = list(inputs)
+    for i, x in zip(sel, tied):
+        out[i] = x
     return out
 
 
@@ -360,6 +386,9 @@ class _CloneAnchors:
 # lower(..., anchor=...): 'backward' ties every backward node to its incoming
 # gradient, 'weights' those of ops declaring ``anchor_weights``
 ANCHORS = ("backward", "weights")
+# how the anchor ties: 'add' (``tie_to_first``: XLA:CPU) or 'barrier'
+# (``barrier_to_first``: XLA:GPU, whose library calls cannot fuse the add)
+ANCHOR_TIES = ("add", "barrier")
 
 
 def _anchored(anchor: str | None, fwd) -> bool:
@@ -371,7 +400,7 @@ def _anchored(anchor: str | None, fwd) -> bool:
 
 
 def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
-          wgrad_chunks: int = 1, wgrad_first: bool = False):
+          wgrad_chunks: int = 1, wgrad_first: bool = False, anchor_tie: str = "add"):
     """Graph -> pure function ``f(feeds, key) -> (outputs, aux_updates)``.
 
     ``feeds`` maps variable names (and optionally ``entry_key``s of inner
@@ -386,13 +415,14 @@ def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
     batch-minor copies XLA's CPU convolutions make for them are 1/k the
     size; ``wgrad_first`` computes those ops' weight gradients before
     their data gradients, so the copies are gone before the data gradient
-    is allocated.
+    is allocated. ``anchor_tie``: how the anchor ties (``ANCHOR_TIES``).
     """
     # channels-last programs are lowered from passes.layout's rewrite
     # (measures.lower_measured): the graph says where values change layout
 
     def fn(feeds, key=None):
-        interp = JaxInterpreter(graph, is_train, key, anchor, wgrad_chunks, wgrad_first)
+        interp = JaxInterpreter(graph, is_train, key, anchor, wgrad_chunks, wgrad_first,
+                                anchor_tie)
         outs = interp.run(feeds)
         return outs, interp.aux_updates
     return fn

@@ -109,6 +109,13 @@ RECOMPUTE_RESIDUAL = ("channels_last", "scheduler", "anchor")
 # recompute it changed nothing on VGG-16 and held more elsewhere
 # (ResNet-50 under the scheduler, batch 32: 1,487 -> 2,075 MiB).
 RECOMPUTE_CPU_TRAIN = CPU_TRAIN + ("wgrad_first",)
+# On a GPU, training conv nets take the anchor (tied by an optimization
+# barrier, weights untied): XLA:GPU fuses a ReLU's backward mask, which does
+# not need the incoming gradient, into the convolution's backward and reads
+# the raw convolution output there, so it keeps both that output and the
+# ReLU's for every convolution feeding another (VGG-16, batch 64, H100
+# description: temp 1.51x the arena without, 1.04x with).
+GPU_TRAIN = ("anchor",)
 
 
 def recompute_measures(measures: tuple, backend: str | None = None) -> tuple:
@@ -162,10 +169,14 @@ def default_measures(graph: Graph, train: bool, backend: str | None = None) -> t
     ``CPU_DEEP_RESIDUAL_TRAIN`` in training with more than
     ``DEEP_RESIDUAL_ADDS`` of them; other graphs (MLPs, sequence models)
     need none.
-    On a GPU none: XLA's GPU backend chooses convolution layouts itself and
-    has no scheduler option of the CPU's kind (docs/memory.md, "On a GPU")."""
+    On a GPU (``GPU_TRAIN``): the anchor in training conv nets, tied by an
+    optimization barrier; nothing in inference. XLA's GPU backend chooses
+    convolution layouts itself and has no scheduler option of the CPU's
+    kind (docs/memory.md, "Which device")."""
     backend = backend or jax.default_backend()
-    if backend != "cpu" or not _has_conv2d(graph):
+    if backend != "cpu":
+        return GPU_TRAIN if train and _has_conv2d(graph) else ()
+    if not _has_conv2d(graph):
         return ()
     adds = _residual_adds(graph)
     if adds > DEEP_RESIDUAL_ADDS and train:
@@ -222,13 +233,16 @@ def label(measures) -> str:
     return "+".join(measures) or "none"
 
 
-def lower_options(measures) -> dict:
-    """``lower()``'s keyword arguments for a measure set."""
+def lower_options(measures, backend: str | None = None) -> dict:
+    """``lower()``'s keyword arguments for a measure set on ``backend``: the
+    anchor ties by an add on the CPU, by an optimization barrier elsewhere
+    (``lower.barrier_to_first``)."""
     ms = set(measures)
     return {"anchor": "backward" if "anchor" in ms else
             "weights" if "anchor_weights" in ms else None,
             "wgrad_chunks": WGRAD_CHUNKS if "split_wgrad" in ms else 1,
-            "wgrad_first": "wgrad_first" in ms}
+            "wgrad_first": "wgrad_first" in ms,
+            "anchor_tie": "add" if (backend or jax.default_backend()) == "cpu" else "barrier"}
 
 
 def compiler_options(measures, backend: str | None = None) -> dict:
@@ -242,13 +256,13 @@ def compiler_options(measures, backend: str | None = None) -> dict:
     return opts
 
 
-def lower_measured(graph: Graph, is_train: bool, measures):
-    """``lower.lower`` of ``graph`` with the measure set ``measures``;
-    with ``channels_last``, of the graph ``passes.layout`` rewrites."""
+def lower_measured(graph: Graph, is_train: bool, measures, backend: str | None = None):
+    """``lower.lower`` of ``graph`` with the measure set ``measures`` for
+    ``backend``; with ``channels_last``, of the graph ``passes.layout`` rewrites."""
     from .lower import lower
     if "channels_last" not in set(measures):
-        return lower(graph, is_train, **lower_options(measures))
-    return _lower_channels_last(graph, is_train, lower_options(measures))
+        return lower(graph, is_train, **lower_options(measures, backend))
+    return _lower_channels_last(graph, is_train, lower_options(measures, backend))
 
 
 def _lower_channels_last(graph: Graph, is_train: bool, options: dict):

@@ -84,7 +84,9 @@ def test_default_measures_rule():
     assert sg.measures.default_measures(conv, True, "cpu") == sg.measures.CPU_TRAIN
     assert sg.measures.default_measures(conv, False, "cpu") == sg.measures.CPU_INFER
     assert sg.measures.default_measures(mlp, True, "cpu") == ()
-    assert sg.measures.default_measures(conv, True, "gpu") == ()
+    assert sg.measures.default_measures(conv, True, "gpu") == sg.measures.GPU_TRAIN
+    assert sg.measures.default_measures(conv, False, "gpu") == ()
+    assert sg.measures.default_measures(mlp, True, "gpu") == ()
     # a residual shortcut (activations added): the scheduler only
     y = _convnet().get_internals()["relu_output"]
     res = Graph((y + sg.sym.Convolution(y, kernel=(1, 1), num_filter=4, name="c2")).outputs)

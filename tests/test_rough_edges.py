@@ -91,7 +91,7 @@ def test_plan_shows_a_spinner_while_xla_compiles_on_a_terminal_only(tmp_path):
         os.close(master)
     assert r.returncode == 0
     shown = seen.decode()
-    assert "XLA is compiling the Module's training step for its memory figures" in shown
+    assert "XLA is compiling the Module's training step for this machine's CPU" in shown
     assert shown.endswith("\r") and shown.rstrip("\r").endswith(" ")  # erased at the end
     assert "Module.fit step" in r.stdout  # the figures it waited for
     piped = symgraph_cli(*argv, cwd=tmp_path, capture_output=True, text=True)

@@ -163,14 +163,33 @@ def test_mlp_gpu_temp_beside_plain_jax(mlp_plan):
 
 def test_gpu_target_gets_no_cpu_measures():
     """The CPU rule gives a conv net channels_last and XLA:CPU options; a
-    GPU compile gets neither."""
+    GPU compile gets neither: the anchor alone, tied by a barrier."""
     p = sg.plan(small_convnet(), {"data": (8, 3, 16, 16)}, train=True)
     cpu = xla.training_step(p, target="cpu")
     gpu = xla.training_step(p, target="h100")
     assert "channels_last" in cpu.info["measures"] and cpu.compiler_options
-    assert gpu.info["measures"] == [] and gpu.compiler_options == {}
+    assert gpu.info["measures"] == ["anchor"] and gpu.compiler_options == {}
     m = xla.memory(gpu)
     assert m["temp"] > 0
+    assert sg.measures.lower_options(("anchor",), "gpu")["anchor_tie"] == "barrier"
+    assert sg.measures.lower_options(("anchor",), "cpu")["anchor_tie"] == "add"
+    pi = sg.plan(small_convnet(), {"data": (8, 3, 16, 16)})
+    assert xla.inference_step(pi, target="h100").info["measures"] == []
+
+
+def test_barrier_tie_keeps_values_and_leaves_variables():
+    """The GPU anchor's tie passes every value through unchanged (NaN in
+    the gradient included, which ``x + g[0]*0`` would spread) and does not
+    touch variables."""
+    from symgraph.lower import barrier_to_first
+    g = jnp.array([[jnp.nan, 1.0]])
+    x = jnp.arange(6.0).reshape(2, 3)
+    w = jnp.ones((3, 3))
+    out = jax.jit(lambda g, x, w: barrier_to_first([g, x, w], [False, False, True]))(g, x, w)
+    assert jnp.array_equal(out[1], x) and jnp.array_equal(out[2], w)
+    text = jax.jit(lambda g, x, w: barrier_to_first([g, x, w], [False, False, True])).lower(
+        g, x, w).as_text()
+    assert "optimization_barrier" in text
 
 
 def test_sg_plan_with_a_target_reports_it():

@@ -300,8 +300,9 @@ def use_cpu_without_gpu() -> None:
     """Where JAX's CUDA plugin is installed but no NVIDIA GPU is (a laptop
     that installed the gpu-plan extra), make JAX start on the CPU: without
     it the plugin's start-up prints a long traceback and never registers,
-    and descriptions cannot be compiled. A platform the user chose is kept."""
-    if os.environ.get("JAX_PLATFORMS") or os.path.exists("/dev/nvidiactl"):
+    and descriptions cannot be compiled. A platform the user chose is kept
+    (its start-up noise is held back all the same)."""
+    if os.path.exists("/dev/nvidiactl"):
         return
     import importlib.util
     try:
@@ -314,9 +315,9 @@ def use_cpu_without_gpu() -> None:
     with _stderr_captured() as log:
         import jax
     _replay(log())
-    if not jax.config.jax_platforms:
+    if not os.environ.get("JAX_PLATFORMS") and not jax.config.jax_platforms:
         jax.config.update("jax_platforms", "cpu")
-        _QUIET_START.append(True)
+    _QUIET_START.append(True)
 
 
 _QUIET_START: list = []
@@ -324,7 +325,7 @@ _QUIET_START: list = []
 
 def start_quietly() -> None:
     """Starts JAX's backends with the CUDA plugin's start-up noise held back
-    where ``use_cpu_without_gpu`` chose the CPU (the command line calls it;
+    where the plugin is installed without a GPU (the command line calls it;
     a library must not start the backends at import: ``jax.distributed``
     needs to come first)."""
     if _QUIET_START:

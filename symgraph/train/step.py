@@ -256,7 +256,7 @@ class TrainPrograms:
                                     recompute=bool(self.recompute), backend=self.backend)
 
     def _lower(self, graph: Graph, train: bool):
-        return measures_mod.lower_measured(graph, train, self.measures(train))
+        return measures_mod.lower_measured(graph, train, self.measures(train), self.backend)
 
     def _jit(self, fn, train: bool, **kwargs):
         return measures_mod.jit(fn, self.measures(train), self.backend, **kwargs)

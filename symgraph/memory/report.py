@@ -97,15 +97,6 @@ def _cpu_figure(plan) -> bool:
     return prog.get("backend", "cpu") == "cpu"
 
 
-def _target_line(t: dict) -> str:
-    if t["backend"] == "cpu":
-        return f"{t['device']} (cpu)"
-    how = ("compiled deviceless: no autotuning, so no cuDNN convolution workspace is in "
-           "these figures" if t["deviceless"] else "compiled on the device, autotuned")
-    mem = "" if t["memory"] is None else f", {t['memory'] / 2 ** 30:.1f} GiB"
-    return f"{t['device']} ({t['name']}{mem}; {how})"
-
-
 def _fit_line(fit: dict, t: dict) -> str:
     allowance = (f" + {_mib(fit['allowance'])} MiB allowance for a convolution workspace"
                  if fit["allowance"] else "")
@@ -202,7 +193,8 @@ def report_text(plan) -> str:
                          ["measures " + ("+".join(prog["measures"]) or "none")])
         lines.append(f"xla memory_analysis of {what}:")
         if prog.get("target"):
-            lines.append(f"  target: {_target_line(prog['target'])}")
+            from ..targets import describe
+            lines.append(f"  target: {describe(prog['target'])}")
         lines.append("  " + ", ".join(f"{k} {_mib(x[k])} MiB"
                                       for k in ("temp", "argument", "output", "alias")) + ratio)
         if x.get("fit"):

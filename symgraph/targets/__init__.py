@@ -134,12 +134,19 @@ class Target:
                 "workspace_allowance": self.workspace}
 
     def describe(self) -> str:
-        """One line: the device and how its figure is had."""
-        if self.backend == "cpu":
-            return f"{self.device} (cpu)"
-        how = ("compiled deviceless: " + DEVICELESS_GAPS if self.deviceless
-               else "compiled on the device, autotuned")
-        return f"{self.device} ({self.name}, {_gib(self.memory)} GiB; {how})"
+        """One line: the device and how its figure is had (``describe``)."""
+        return describe(self.to_json())
+
+
+def describe(t: dict) -> str:
+    """One line for a target as ``Target.to_json`` gives it (reports keep
+    the dict): the device and how its figure is had."""
+    if t["backend"] == "cpu":
+        return f"{t['device']} (cpu)"
+    how = ("compiled deviceless: " + DEVICELESS_GAPS if t["deviceless"]
+           else "compiled on the device, autotuned")
+    mem = "" if t["memory"] is None else f", {_gib(t['memory'])} GiB"
+    return f"{t['device']} ({t['name']}{mem}; {how})"
 
 
 def mem_fraction() -> float:

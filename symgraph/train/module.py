@@ -961,10 +961,7 @@ class Module(Loops):
         out = xla.memory(step)
         out.pop("generated_code", None)
         out["program"] = step.info
-        fit = xla.fit_on(t, xla.footprint(out), xla.has_convolution(self.symbol.graph()))
-        if fit is not None:
-            out["fit"] = fit
-        return out
+        return xla.with_fit(out, t, self.symbol.graph())
 
     def program_info(self) -> dict:
         """What the training step ``fit`` compiles: devices, optimizer,

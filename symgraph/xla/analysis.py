@@ -64,10 +64,16 @@ def plan_memory(plan, measures="auto", target=None, compute_dtype="float32") -> 
         return None
     out = {**{k: m[k] for k in ("temp", "argument", "output", "alias")},
            "program": step.info}
-    fit = fit_on(targets.get(target), footprint(m), has_convolution(plan.graph))
+    return with_fit(out, step.target, plan.graph)
+
+
+def with_fit(figures: dict, target, graph) -> dict:
+    """``figures`` (a ``memory`` dict) with ``fit`` added where ``target``
+    has a known memory (``fit_on``) -- the program being ``graph``'s."""
+    fit = fit_on(targets.get(target), footprint(figures), has_convolution(graph))
     if fit is not None:
-        out["fit"] = fit
-    return out
+        figures["fit"] = fit
+    return figures
 
 
 def has_convolution(graph) -> bool:

@@ -47,7 +47,8 @@ _LAZY = {
     "passes": "symgraph.passes",
     "recordio": "symgraph.recordio",
 }
-_LAZY_ATTRS = {"plan": ("symgraph.memory", "plan"),
+# sg.plan is memory.plan, with target= for XLA's figures on a device (xla.plan_on)
+_LAZY_ATTRS = {"plan": ("symgraph.xla.analysis", "plan_on"),
                "max_batch": ("symgraph.memory.maxbatch", "max_batch"),
                "BudgetError": ("symgraph.memory.budget", "BudgetError"),
                "Module": ("symgraph.train.module", "Module")}

@@ -30,6 +30,11 @@ SUBCOMMANDS = {
 }
 
 
+# commands that choose JAX's devices themselves (simulated CPU devices, child
+# processes): the command line must not start JAX's backends before them
+OWN_DEVICES = ("symgraph.parallel.launch", "symgraph.bench")
+
+
 class UsageError(SymgraphError):
     """Bad command-line arguments."""
 
@@ -213,7 +218,7 @@ def main(argv=None) -> int:
             parser.print_usage(sys.stdout)
             raise UsageError(f"no command given; choose one of {', '.join(SUBCOMMANDS)} "
                              f"(symgraph --help says more)")
-        if args._run.__module__ != "symgraph.parallel.launch":  # its children start their own
+        if not args._run.__module__.startswith(OWN_DEVICES):
             from .targets import start_quietly
             start_quietly()
         code = int(args._run(args) or 0)

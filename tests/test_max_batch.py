@@ -134,7 +134,8 @@ def test_cli_json_keys(capsys, net_file):
     assert code == 0, err
     doc = json.loads(out)
     assert set(doc) == {"batch", "total", "recompute", "xla", "budget", "plan_batch", "train",
-                        "notes"}
+                        "notes", "target"}
+    assert doc["target"]["name"] == "cpu"
     assert doc["budget"] == 24 * MIB and doc["xla"] is None and doc["train"] is True
     assert doc["total"] <= doc["budget"] and isinstance(doc["recompute"], list)
     assert doc["batch"] == max_batch(conv_net(), SHAPE, 24 * MIB, xla=False,
@@ -300,7 +301,7 @@ def test_xla_above_the_budget_steps_the_batch_down(monkeypatch):
     budget = total_at(net, 40)
     seen = []
 
-    def figure(plan, optimizer=None):
+    def figure(plan, optimizer=None, target=None):
         b = plan.shapes["data"][0]
         seen.append(b)
         return budget + (b - 30) * 1000  # above the budget above batch 30
@@ -310,7 +311,7 @@ def test_xla_above_the_budget_steps_the_batch_down(monkeypatch):
     assert seen[0] == 40 and seen[-1] == 30 and len(seen) <= 11
     assert any("stepped down to batch 30" in n for n in r.notes)
     # batch 1 fits the plans but not XLA's figure: a BudgetError naming it
-    monkeypatch.setattr(maxbatch, "xla_footprint", lambda p, o=None: budget + 1)
+    monkeypatch.setattr(maxbatch, "xla_footprint", lambda p, o=None, t=None: budget + 1)
     with pytest.raises(BudgetError, match="XLA's program needs"):
         max_batch(net, SHAPE, budget, recompute=False, progress=False)
 

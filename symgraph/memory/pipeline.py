@@ -256,8 +256,7 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
          match_range: int = DEFAULT_MATCH_RANGE, parallel_safe: bool = True,
          verify: bool = True, execute: bool = False,
          name: str | None = None, group2ctx=None, budget=None, optimizer=None,
-         recompute=None, mirror: bool = False, layout: str | None = None,
-         target=None, compute_dtype: str = "float32") -> Plan:
+         recompute=None, mirror: bool = False, layout: str | None = None) -> Plan:
     """Plans the memory of ``net`` (a Symbol or Graph) for input ``shapes``.
 
     train: plan the training graph (forward + the gradients of ``wrt``,
@@ -276,14 +275,9 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
     verify: run the static overlap check on every strategy (on by default;
         a plan is only reported verified). execute: also run the arena
         interpreter for every strategy (needs real arrays: small shapes).
-    target: also compile the program a Module runs for the net for this
-        device (``symgraph.targets.get``: 'cpu', 'gpu', 'h100', 'a100',
-        'a100-40gb', 'l4' or a GpuTargetConfig file, compiled deviceless)
-        and keep XLA's figures in ``plan.xla`` (report and JSON name the
-        target, and whether the program fits the device); without it no
-        compile (``symgraph.xla.plan_memory(plan, target=...)`` later).
-        compute_dtype: the Module's compute dtype that program uses
-        (float32, bfloat16, float16).
+    XLA's figures for the program a Module runs for the net are
+    ``symgraph.xla.plan_memory(plan)`` (memory never imports xla);
+    ``sg.plan(..., target=)`` is this plan with them (``xla.plan_on``).
     group2ctx: ctx_group name -> device (``sg.cpu(1)`` or 'cpu:1'): also plan
         each device's part (``Plan.devices``, memory/devices.py); the
         devices need not exist on this machine.
@@ -306,9 +300,6 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
     """
     if layout not in LAYOUTS:
         raise PlanError(f"layout={layout!r}; use one of {', '.join(map(str, LAYOUTS))}")
-    if target is not None:  # an unknown name or a bad description fails before planning
-        from .. import targets
-        target = targets.get(target)
     if strategy not in PLACED:
         if strategy == "lower_bound":
             raise PlanError("lower_bound is a bound, not a plan; choose one of "
@@ -387,9 +378,6 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
     if execute:
         for s in PLACED:
             result.check_arena(s)
-    if target is not None:
-        from ..xla import plan_memory  # lazily: planning alone never compiles
-        result.xla = plan_memory(result, target=target, compute_dtype=compute_dtype)
     return result
 
 

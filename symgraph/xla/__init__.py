@@ -44,7 +44,7 @@ The package: ``steps.py`` (the step views and a plain-JAX step),
 (reading XLA's dump: the breakdown of its temp allocation).
 """
 from .analysis import (analysis_dict, best_step, compile_step, fit_budget, fit_on, footprint,
-                       has_convolution, memory, plan_memory, with_fit)
+                       has_convolution, memory, plan_memory, plan_on, with_fit)
 from .hlo import (DUMP_OPTIONS, KINDS, MIB, ROLES, Breakdown, Buffer, memory_breakdown,
                   parse_breakdown)
 from .steps import (DEFAULT_OPTIMIZER, INFER_CANDIDATES, INFER_STEP_ARGS, MEASURES,
@@ -55,4 +55,4 @@ __all__ = ["DEFAULT_OPTIMIZER", "DUMP_OPTIONS", "INFER_CANDIDATES", "INFER_STEP_
            "MEASURES", "MIB", "ROLES", "TRAIN_CANDIDATES", "TRAIN_STEP_ARGS", "Breakdown",
            "Buffer", "Step", "XlaError", "analysis_dict", "best_step", "compile_step", "fit_budget", "fit_on", "footprint", "has_convolution",
            "inference_step", "measures_label", "memory", "memory_breakdown", "parse_breakdown",
-           "plain_jax_step", "plan_memory", "with_fit", "plan_recompute", "plan_step", "training_step"]
+           "plain_jax_step", "plan_memory", "plan_on", "with_fit", "plan_recompute", "plan_step", "training_step"]

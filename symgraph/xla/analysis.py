@@ -146,3 +146,22 @@ def fit_budget(net, shapes: dict, budget, target=None, optimizer=None, recompute
     fit = fit_program(first, budget, plan_for, footprint_of, keep_recompute=keep,
                       try_plain=True if t.backend != "cpu" else None)
     return fit.plan, figures[id(fit.plan)], fit.fits
+
+
+def plan_on(net, shapes: dict | None = None, train: bool = False, *, target=None,
+            compute_dtype: str = "float32", **plan_kwargs):
+    """``sg.plan``: ``memory.plan(net, shapes, train, **plan_kwargs)`` and,
+    with ``target``, XLA's figures for the program a Module runs for the net
+    compiled for that device (``symgraph.targets.get``: 'cpu', 'gpu',
+    'h100', 'a100', 'a100-40gb', 'l4' or a GpuTargetConfig file, compiled
+    deviceless) in ``plan.xla``: the report and JSON name the target and
+    say whether the program fits the device. ``compute_dtype``: the
+    Module's (float32, bfloat16, float16). Without a target nothing is
+    compiled."""
+    from ..memory.pipeline import plan
+    if target is not None:  # an unknown name or a bad description fails before planning
+        target = targets.get(target)
+    p = plan(net, shapes, train, **plan_kwargs)
+    if target is not None:
+        p.xla = plan_memory(p, target=target, compute_dtype=compute_dtype)
+    return p

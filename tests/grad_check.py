@@ -85,10 +85,14 @@ def random_inputs(opname, node, names, shapes, rng, dtype):
 def symgraph_gradients(opname, attrs, data_shape, dtype="float64", seed=0, is_train=True):
     """Runs one op's backward graph; returns (params, inputs, heads, grads):
     the random inputs (list, arguments then aux), the head gradients of the
-    visible outputs and symgraph's gradient of every argument (list)."""
+    visible outputs and symgraph's gradient of every argument (list).
+    ``data_shape``: the shape of input ``data``, or a dict of input shapes by
+    name for ops whose inputs are not inferred from one ``data`` (``dot``'s
+    lhs and rhs)."""
     from symgraph.passes.infer import infer_shapes
     g, node, names = op_graph(opname, attrs)
-    inf = infer_shapes(g, {"data": data_shape}, dtypes={n: dtype for n in names})
+    shapes = dict(data_shape) if isinstance(data_shape, dict) else {"data": data_shape}
+    inf = infer_shapes(g, shapes, dtypes={n: dtype for n in names})
     shapes = [inf.shapes[g.entry_id_of_node(e.node)] for e in node.inputs]
     rng = np.random.default_rng(seed)
     vals = random_inputs(opname, node, names, shapes, rng, dtype)

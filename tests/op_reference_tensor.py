@@ -50,6 +50,30 @@ ref("_sum_to_like")(lambda p, x, like: unbroadcast(x, like.shape))
 
 
 # --------------------------------------------------------------------------
+# matrix products (MXNet's dot and batch_dot), from the math: dot contracts
+# the last axis of lhs (its first if transpose_a) with the first axis of rhs
+# (its last if transpose_b), the other axes in order make the output;
+# batch_dot multiplies the matrices of the last two axes, batch by batch
+# --------------------------------------------------------------------------
+@ref("dot")
+def dot(p, a, b):
+    ta, tb = p.get("transpose_a", False), p.get("transpose_b", False)
+    if a.ndim == 1 and b.ndim == 1:
+        assert not ta and not tb, "MXNet refuses to transpose vectors"
+        return np.einsum("k,k->", a, b).reshape(1)  # MXNet has no 0-d arrays: (1,)
+    return np.tensordot(a, b, axes=([0] if ta else [a.ndim - 1], [b.ndim - 1] if tb else [0]))
+
+
+@ref("batch_dot")
+def batch_dot(p, a, b):
+    if p.get("transpose_a", False):
+        a = np.swapaxes(a, -1, -2)
+    if p.get("transpose_b", False):
+        b = np.swapaxes(b, -1, -2)
+    return np.einsum("...mk,...kn->...mn", a, b)
+
+
+# --------------------------------------------------------------------------
 # Reshape: MXNet's special codes, read left to right over a queue of input dims
 # --------------------------------------------------------------------------
 def mx_reshape_shape(codes, in_shape, reverse=False):

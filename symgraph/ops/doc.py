@@ -15,12 +15,14 @@ from .registry import REQUIRED, format_attr
 _FAMILIES = ("elementwise", "tensor", "reduce", "nn", "loss")
 # the layer families ops/nn.py gathers, listed together under nn
 _NN_PARTS = {"dense": "nn", "conv": "nn", "pool": "nn", "norm": "nn", "activation": "nn"}
+# other modules listed under a family (MXNet files dot under its tensor ops)
+_PARTS = {**_NN_PARTS, "dot": "tensor"}
 
 
 def _family(op) -> str:
     mod = inspect.getmodule(op.lower) or inspect.getmodule(op.infer_shape)
     name = (mod.__name__ if mod else "").rsplit(".", 1)[-1]
-    name = _NN_PARTS.get(name, name)
+    name = _PARTS.get(name, name)
     return name if name in _FAMILIES else "other"
 
 

@@ -9,7 +9,7 @@ scheduler or the anchor, by depth.
 For each zoo net this compiles the training step ``Module.fit`` runs
 (``xla.plan_step``: SGD with momentum 0.9, donated) once per measure set at
 ``--batch`` and records XLA's footprint (temp + argument + output - alias,
-compile only) beside ``Plan.predicted`` under the rule as it stands; then
+compile only) beside the rule's choice; then
 it compiles the sets again at ``--time-batch`` and races them, in turn in
 one process, best of ``--rounds`` (``symgraph.bench.recompute.race``).
 ``symgraph.measures``' rule (``DEEP_RESIDUAL_ADDS``) comes from these
@@ -40,7 +40,7 @@ def memory_row(name: str, batch: int, sets: list) -> dict:
     p = plan(get_model(name), data_shapes(name, batch), train=True, name=name)
     fwd = Graph(p.graph.outputs[:p.num_forward_outputs])
     row = {"net": name, "batch": batch, "residual_adds": measures._residual_adds(fwd),
-           "rule": list(measures.default_measures(fwd, True)), "predicted": p.predicted,
+           "rule": list(measures.default_measures(fwd, True)),
            "footprint": {}}
     for ms in sets:
         print(f"  {name} batch {batch}: compiling {measures.label(ms)}", file=sys.stderr,
@@ -74,20 +74,20 @@ def markdown(res: dict) -> str:
            f"{res['machine']}; jax {res['jax']}; `{res['command']}`. Footprint: XLA's "
            "temp + argument + output - alias of the training step `Module.fit` runs (SGD "
            f"with momentum 0.9, donated), compile only, batch {res['batch']}, MiB; "
-           "*predicted*: `Plan.predicted` under the rule; *rule*: the set "
+           "*rule*: the set "
            "`measures.default_measures` picks. Step: seconds per step at batch "
            f"{res['time_batch']}, the sets raced in turn, best of {res['rounds']} rounds.", "",
-           "| net | residual adds | rule | predicted | "
+           "| net | residual adds | rule | "
            + " | ".join(f"{s} footprint" for s in labels) + " | "
            + " | ".join(f"{s} step s" for s in labels) + " | step "
            + f"{labels[-1]} / {labels[0]} |",
-           "|---|--:|---|--:|" + "--:|" * (2 * len(labels) + 1)]
+           "|---|--:|---|" + "--:|" * (2 * len(labels) + 1)]
     for r in res["rows"]:
         t = r.get("step_s") or {}
         ratio = (f"{t[labels[-1]] / t[labels[0]]:.3f}" if t.get(labels[0]) and t.get(labels[-1])
                  else "-")
         out.append(f"| {r['net']} | {r['residual_adds']} | {'+'.join(r['rule']) or 'none'} "
-                   f"| {r['predicted'] / MIB:,.0f} | "
+                   "| "
                    + " | ".join(f"{r['footprint'][s] / MIB:,.0f}" for s in labels) + " | "
                    + " | ".join(f"{t[s]:.2f}" if s in t else "-" for s in labels)
                    + f" | {ratio} |")

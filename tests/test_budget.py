@@ -527,11 +527,11 @@ def test_budget_under_other_strategies_schedules_and_options(kw):
 
 # -- fit_program: the budget bounds the program, not only the plan ------------------
 class _Plan:
-    """A plan as fit_program reads it: its total, prediction and recompute."""
+    """A plan as fit_program reads it: its total and recompute."""
 
-    def __init__(self, total, recompute=(), predicted=None):
+    def __init__(self, total, recompute=()):
         self.total, self.recompute = total, list(recompute)
-        self.predicted = total if predicted is None else predicted
+        self.buckets = {"arguments": total // 2}
 
 
 def _planner(plain, smallest=0):
@@ -559,9 +559,8 @@ def _xla(extra):
     return footprint_of, seen
 
 
-@pytest.mark.parametrize("predicted", [700, 830])  # 830: over by less than the slack
-def test_fit_program_runs_the_step_without_recompute_where_its_program_fits(predicted):
-    plain = _Plan(1000, predicted=predicted)
+def test_fit_program_runs_the_step_without_recompute_where_its_program_fits():
+    plain = _Plan(1000)
     first = _Plan(800, ["a"])
     plan_for, asked = _planner(plain)
     footprint_of, seen = _xla(lambda p: -300 if p is plain else 0)  # XLA recomputes itself
@@ -570,56 +569,55 @@ def test_fit_program_runs_the_step_without_recompute_where_its_program_fits(pred
     assert asked == [None] and seen == [plain]
 
 
-@pytest.mark.parametrize("predicted, keep", [(900, False), (700, True)])
-def test_fit_program_keeps_the_recompute_where_the_plain_step_cannot_fit_or_nodes_are_named(
-        predicted, keep):
-    plain = _Plan(1000, predicted=predicted)
+@pytest.mark.parametrize("keep", [False, True])
+def test_fit_program_keeps_the_recompute_where_the_plain_step_does_not_fit_or_nodes_are_named(
+        keep):
+    plain = _Plan(1000)
     first = _Plan(800, ["a"])
     plan_for, asked = _planner(plain)
-    footprint_of, seen = _xla(lambda p: -300 if p is plain else 0)
+    footprint_of, seen = _xla(lambda p: -100 if p is plain else 0)  # 900: over
     fit = B.fit_program(first, 800, plan_for, footprint_of, keep_recompute=keep)
     assert (fit.plan, fit.footprint, fit.fits) == (first, 800, True)
-    assert seen == [first]  # the plain step is never compiled
+    assert seen == ([first] if keep else [plain, first])  # named nodes: plain never compiled
     assert asked == ([] if keep else [None])
 
 
 def test_fit_program_plans_again_to_the_excess_and_checks_the_new_program():
-    plain = _Plan(1000, predicted=1000)
+    plain = _Plan(1000)
     first = _Plan(800, ["a"])
     plan_for, asked = _planner(plain)
     footprint_of, seen = _xla(lambda p: 50)
     fit = B.fit_program(first, 800, plan_for, footprint_of)
     assert fit.fits and fit.footprint == 800 and fit.plan.total == 750
-    assert asked == [None, 750] and [p.total for p in seen] == [800, 750]
-    assert [h for _, h in fit.tried] == [850, 800]
+    assert asked == [None, 750] and [p.total for p in seen] == [1000, 800, 750]
+    assert [h for _, h in fit.tried] == [1050, 850, 800]
 
 
 def test_fit_program_gives_the_smallest_program_where_none_fits():
-    plain = _Plan(1000, predicted=1000)
+    plain = _Plan(1000)
     first = _Plan(800, ["a"])
     footprint_of, seen = _xla(lambda p: 400 - p.total // 4)  # shrinks less than the plan
     fit = B.fit_program(first, 800, _planner(plain)[0], footprint_of)
-    assert not fit.fits and len(seen) == B.PROGRAM_FIT_ROUNDS + 1
+    assert not fit.fits and len(seen) == B.PROGRAM_FIT_ROUNDS + 2  # the plain step too
     assert fit.footprint == min(h for _, h in fit.tried) > 800
     assert fit.plan is min(fit.tried, key=lambda t: t[1])[0]
+    err = B.over_budget(fit, 800, "the flag")
+    assert err.smallest == fit.footprint and err.budget == 800 and "the flag" in str(err)
 
     # a plan to the excess that does not exist ends the search at once
     footprint_of, seen = _xla(lambda p: 100)
     fit = B.fit_program(first, 800, _planner(plain, smallest=750)[0], footprint_of)
-    assert not fit.fits and seen == [first] and fit.plan is first
+    assert not fit.fits and seen == [plain, first] and fit.plan is first
 
 
-@pytest.mark.parametrize("predicted, keep, starts", [(650, False, "plain"), (730, False, "plain"),
-                                                     (750, False, None), (650, True, None)])
-def test_first_plan_falls_back_to_the_step_without_recompute_only_where_it_is_predicted_to_fit(
-        predicted, keep, starts):
+@pytest.mark.parametrize("keep", [False, True])
+def test_first_plan_falls_back_to_the_step_without_recompute_unless_nodes_are_named(keep):
     """No plan fits 700 (the smallest reachable is 720): the plan without
-    recompute is the start where its prediction fits, or is over by at most
-    the slack (5%: 735), and no nodes are named; else the planner's error
-    stands."""
-    plain = _Plan(1000, predicted=predicted)
+    recompute is the start (its program may hold less: fit_program
+    compiles it), unless nodes are named; then the planner's error stands."""
+    plain = _Plan(1000)
     plan_for, asked = _planner(plain, smallest=720)
-    if starts is None:
+    if keep:
         with pytest.raises(B.BudgetError) as info:
             B.first_plan(700, plan_for, keep_recompute=keep)
         assert info.value.smallest == 720
@@ -629,3 +627,7 @@ def test_first_plan_falls_back_to_the_step_without_recompute_only_where_it_is_pr
     # a budget some plan fits is the planner's, the plain step not asked for
     plan_for, asked = _planner(plain, smallest=720)
     assert B.first_plan(800, plan_for).total == 800 and asked == [800]
+    # below the arguments every program holds (500): refused, nothing to compile
+    with pytest.raises(B.BudgetError) as info:
+        B.first_plan(499, _planner(plain, smallest=720)[0])
+    assert info.value.smallest == 720

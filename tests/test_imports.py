@@ -20,7 +20,7 @@ import pytest
 
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "symgraph")
 
-# function-level circles allowed: none (memory.devices and memory.predict plan
+# function-level circles allowed: none (memory.devices plans
 # through Plan.replan instead of importing pipeline.plan_graph back)
 KNOWN: set = set()
 

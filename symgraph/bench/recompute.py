@@ -239,9 +239,8 @@ def _names(p) -> tuple:
 
 def _how(fit, first, base) -> str:
     """How a Module under the budget came to the program: the algorithm's
-    plan, the step without recompute (where its program fits, or where no
-    plan fits but its prediction does: ``first_plan``), or a plan made again
-    to the excess."""
+    plan, the step without recompute (where its program fits, also where no
+    plan fits: ``first_plan``), or a plan made again to the excess."""
     if not fit.fits:
         return "over: the smallest compiled"
     if fit.plan is base and first is base:

@@ -660,18 +660,6 @@ def fmt_bytes(b: int) -> str:
 # how many times the plan is made again when the program XLA compiled for it
 # holds more than the budget (fit_program)
 PROGRAM_FIT_ROUNDS = 2
-# the step without recompute is compiled where its prediction is within this
-# fraction over the budget: Plan.predicted is within about 5% of XLA's figure
-# on the zoo nets (docs/memory.md), either way, and XLA's figure decides
-PREDICTION_SLACK = 0.05
-
-
-def may_fit(plan, budget: int) -> bool:
-    """Whether ``plan``'s program may fit ``budget`` by its prediction,
-    worth compiling to see (``PREDICTION_SLACK``)."""
-    return plan.predicted <= budget * (1 + PREDICTION_SLACK)
-
-
 @dataclass(frozen=True)
 class ProgramFit:
     """``fit_program``'s answer: the plan to run, XLA's footprint of its
@@ -685,24 +673,31 @@ class ProgramFit:
 
 def first_plan(budget: int, plan_for, *, keep_recompute=False):
     """The plan ``fit_program`` starts from: ``plan_for(budget)`` (see
-    there). Where no plan fits the budget, the plan without recompute if
-    its prediction (``Plan.predicted``) may (``may_fit``) -- XLA recomputes cheap ops of
-    its own accord, so its program can hold less than the smallest plan
-    (``fit_program`` confirms it by XLA's figure) -- unless
-    ``keep_recompute``. BudgetError where neither fits."""
+    there). Where no plan fits the budget, the plan without recompute --
+    XLA recomputes cheap ops of its own accord, so its program can hold
+    less than the smallest plan (``fit_program`` decides by XLA's figure)
+    -- unless ``keep_recompute`` or the budget is below what every program
+    holds (``held_by_every_program``): then the BudgetError is raised."""
     try:
         return plan_for(budget)
     except BudgetError as err:
         if err.smallest is None or keep_recompute:
             raise
         plain = plan_for(None)
-        if not may_fit(plain, budget):
+        if budget < held_by_every_program(plain):
             raise
         return plain
 
 
+def held_by_every_program(plan) -> int:
+    """Bytes every program of ``plan``'s step holds as its arguments: the
+    inputs, parameters, aux states and optimizer state. A budget below it
+    is refused without compiling."""
+    return sum(plan.buckets.get(k, 0) for k in ("arguments", "aux", "optimizer"))
+
+
 def fit_program(first, budget: int, plan_for, footprint_of, *, keep_recompute=False,
-                rounds: int = PROGRAM_FIT_ROUNDS, try_plain=None) -> ProgramFit:
+                rounds: int = PROGRAM_FIT_ROUNDS) -> ProgramFit:
     """The plan whose *program* fits ``budget``, not only whose plan does.
 
     ``first``: the plan to ``budget``; ``plan_for(b)``: a plan to budget
@@ -715,17 +710,14 @@ def fit_program(first, budget: int, plan_for, footprint_of, *, keep_recompute=Fa
        recompute can hold less than its plan and less than a mildly
        budgeted one (ResNet-50, batch 32: 1,487 MiB against a plan of
        2,659; at 0.75 of the internal bytes the recomputing step held
-       1,818). Where ``Plan.predicted`` says it may fit (``may_fit``), it
-       is compiled, and taken if XLA's figure says it fits: nothing
-       recomputed.
+       1,818). So it is compiled first, and taken if XLA's figure says
+       it fits: nothing recomputed.
     2. Otherwise, while the program holds more than the budget (layout
        copies, XLA's own order), plan again to the plan's total less the
        excess, at most ``rounds`` times.
 
     Where no program fits, the smallest compiled is the answer
-    (``fits`` False). ``try_plain``: whether step 1 compiles the program
-    without recompute; None: where ``may_fit`` says (the prediction models
-    XLA:CPU: a GPU target passes True)."""
+    (``fits`` False; ``over_budget`` is the error callers raise then)."""
     tried = []
 
     def measure(p):
@@ -735,10 +727,9 @@ def fit_program(first, budget: int, plan_for, footprint_of, *, keep_recompute=Fa
 
     if first.recompute and not keep_recompute:
         plain = plan_for(None)
-        if may_fit(plain, budget) if try_plain is None else try_plain:
-            held = measure(plain)
-            if held <= budget:
-                return ProgramFit(plain, held, True, tuple(tried))
+        held = measure(plain)
+        if held <= budget:
+            return ProgramFit(plain, held, True, tuple(tried))
     p = first
     for round_ in range(rounds + 1):
         held = measure(p)
@@ -753,6 +744,17 @@ def fit_program(first, budget: int, plan_for, footprint_of, *, keep_recompute=Fa
             break
     best, held = min(tried, key=lambda t: t[1])  # over: the smallest program compiled
     return ProgramFit(best, held, False, tuple(tried))
+
+
+def over_budget(fit: ProgramFit, budget: int, opt_in: str) -> BudgetError:
+    """The error for a fit no program of which holds ``budget``: it names
+    the smallest footprint XLA compiled and how to run it anyway
+    (``opt_in``: the flag that allows it)."""
+    return BudgetError(f"budget {fmt_bytes(budget)}: no program holds it; the smallest XLA "
+                       f"compiled needs {fmt_bytes(fit.footprint)} "
+                       f"({len(fit.plan.recompute)} tensors recomputed); give a larger "
+                       f"budget, or {opt_in} to run it over the budget",
+                       budget=budget, smallest=fit.footprint)
 
 
 # -- the strategies' figure, as plan_graph computes it ----------------------------------

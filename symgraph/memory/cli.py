@@ -92,8 +92,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--budget", metavar="SIZE", default=None,
                         help="training: recompute forward tensors so the total fits SIZE "
                              "(bytes, or 6GiB, 512MiB, 6GB = 6e9 bytes) with the least extra "
-                             "FLOPs; exit 2 naming the smallest total reachable if nothing "
-                             "fits")
+                             "FLOPs, and XLA's program of the step too (planned again to "
+                             "the excess it holds); exit 2 naming the smallest total "
+                             "reachable, or the smallest program compiled, if nothing fits")
+    parser.add_argument("--allow-over-budget", action="store_true",
+                        help="with --budget: where no program holds the budget, report the "
+                             "smallest instead of exit 2")
     parser.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
                         help="training: count this optimizer's state in the total "
                              "(sgd none, momentum/nag 1x, adam 2x the parameters)")
@@ -175,8 +179,7 @@ def run(args) -> int:
              name=os.path.splitext(os.path.basename(args.net))[0],
              budget=budget, optimizer=args.optimizer, recompute=args.recompute,
              group2ctx=group2ctx, layout=args.layout)
-    if not args.no_xla and budget is not None and target.backend != "cpu" \
-            and measures == "auto" and args.split is None:
+    if not args.no_xla and budget is not None and measures == "auto":
         from .. import xla
         from ..util import busy
         # the program a Module under the budget runs: planned again to XLA's excess
@@ -184,7 +187,7 @@ def run(args) -> int:
             p, p.xla, holds = xla.fit_budget(
                 net, shapes, budget, target, optimizer=args.optimizer,
                 recompute=args.recompute, compute_dtype=args.compute_dtype,
-                outputs=args.head, fuse=not args.no_fuse, schedule=args.schedule,
+                allow_over_budget=args.allow_over_budget, outputs=args.head, fuse=not args.no_fuse, schedule=args.schedule,
                 match_range=args.match_range, strategy=args.strategy, layout=args.layout,
                 name=os.path.splitext(os.path.basename(args.net))[0])
         p.xla["budget_holds"] = holds

@@ -109,28 +109,9 @@ class Plan:
 
     def replan(self, graph: Graph, inferred: Inferred, **kw) -> "Plan":
         """``plan_graph`` of another graph (a placed, rewritten or fused form
-        of this plan's): how memory.devices and memory.predict plan without
+        of this plan's): how memory.devices plans without
         importing this module back."""
         return plan_graph(graph, inferred, **kw)
-
-    @property
-    def predicted(self) -> int:
-        """The predicted footprint (bytes) of the program a Module runs for
-        this plan -- XLA's temp + argument + output - alias, from the plan
-        alone (``memory/predict.py``; docs/memory.md, "A footprint you can
-        predict")."""
-        return self.prediction.total
-
-    @property
-    def prediction(self):
-        """``predict.Prediction`` behind ``predicted``: its parts and the
-        program it is for (``fused``, or ``staged`` for a plan that
-        recomputes where that step holds less)."""
-        got = self.__dict__.get("_prediction")
-        if got is None:
-            from .predict import predict_program
-            got = self.__dict__["_prediction"] = predict_program(self)
-        return got
 
     @property
     def fused_groups(self) -> list:

@@ -9,7 +9,6 @@ The JSON form is exactly::
      "total": int, "budget": int or null,
      "recompute": [{"name": str, "op": str, "bytes": int, "flops": int}],
      "extra_flops": int, "step_flops": int, "algorithm": str or null,
-     "predicted": int,
      "xla": {"temp": int, "argument": int, "output": int, "alias": int,
              "program": {"program": str, "devices": int, "backend": str,
                          "target": {"name": str, "backend": str, "device": str,
@@ -19,7 +18,7 @@ The JSON form is exactly::
                          "compute_dtype": str},
              "fit": {"fits": bool, "footprint": int, "allowance": int, "need": int,
                      "pool": int, "spare": int} (a target with known memory),
-             "budget_holds": bool (plan --budget with a GPU --target)} or null,
+             "budget_holds": bool (plan --budget)} or null,
      "verified": true}
 
 ``total`` is arguments + gradients + aux + optimizer (the state of the
@@ -30,13 +29,7 @@ nodes dropped after the forward and computed again in the backward
 ``extra_flops`` their sum, ``step_flops`` the FLOPs of the training step
 without recompute (of the graph planned, in inference), ``algorithm`` the
 one that chose them (mirror, sqrt, solver, explicit, none; null without a
-budget or recompute). ``predicted`` is the footprint predicted for the
-program ``xla`` is the figure of (temp + argument + output - alias), from
-the plan alone (``Plan.predicted``, memory/predict.py): for a plan that
-recomputes, of the fused or the staged step, whichever is predicted to
-hold less, as a Module under the budget picks (the text report names it).
-The prediction models XLA:CPU: where ``xla`` is a GPU target's figure
-``predicted`` is null (the compile is the figure of record there).
+budget or recompute).
 
 A plan made with ``group2ctx`` also has ``"devices"``: one object per
 device that runs anything, ``{"device": "cpu(1)", "groups": [str], "ops":
@@ -83,18 +76,10 @@ def report_json(plan) -> dict:
         "extra_flops": int(plan.extra_flops),
         "step_flops": int(plan.step_flops or 0),
         "algorithm": plan.algorithm,
-        "predicted": int(plan.predicted) if _cpu_figure(plan) else None,
         "xla": None if plan.xla is None else dict(plan.xla),
         "verified": True,
         **({} if plan.devices is None else {"devices": plan.devices.to_json()}),
     }
-
-
-def _cpu_figure(plan) -> bool:
-    """Whether the plan's XLA figures (if any) are the CPU's, which the
-    prediction models."""
-    prog = (plan.xla or {}).get("program") or {}
-    return prog.get("backend", "cpu") == "cpu"
 
 
 def _fit_line(fit: dict, t: dict) -> str:
@@ -182,7 +167,8 @@ def report_text(plan) -> str:
     lines.append(f"verified: no two live tensors overlap under any strategy (static check); "
                  f"arena interpreter: {checked}")
     if plan.xla is None:
-        lines.append("xla: not computed")
+        lines.append("xla: not computed (the figures above are the plan's; the program's "
+                     "footprint is XLA's, from a compile)")
     else:
         x = plan.xla
         prog = x["program"]
@@ -197,26 +183,14 @@ def report_text(plan) -> str:
             lines.append(f"  target: {describe(prog['target'])}")
         lines.append("  " + ", ".join(f"{k} {_mib(x[k])} MiB"
                                       for k in ("temp", "argument", "output", "alias")) + ratio)
+        held = x["argument"] + x["output"] - (x["alias"] or 0) + x["temp"]
+        lines.append(f"  footprint of the program (temp + argument + output - alias): "
+                     f"{_mib(held)} MiB")
         if x.get("fit"):
             lines.append(_fit_line(x["fit"], prog["target"]))
         if "budget_holds" in x and plan.budget is not None:
-            held = x["argument"] + x["output"] - (x["alias"] or 0) + x["temp"]
             lines.append(f"budget {_mib(plan.budget)} MiB: the program holds {_mib(held)} MiB, "
                          + ("within it" if x["budget_holds"] else
                             "over it: no program compiled held the budget (the smallest "
-                            "is shown)"))
-    if not _cpu_figure(plan):
-        lines.append("predicted footprint: none for a GPU target (the prediction models "
-                     "XLA:CPU; the compile above is the figure)")
-        return "\n".join(lines)
-    fig = None if plan.xla is None or plan.xla.get("temp") is None else \
-        plan.xla["argument"] + plan.xla["output"] - (plan.xla["alias"] or 0) + plan.xla["temp"]
-    vs = f" ({plan.predicted / fig:.3f}x XLA's {_mib(fig)} MiB)" if fig else ""
-    staged = " (staged: a program per segment)" if plan.prediction.program == "staged" else ""
-    lines.append(f"predicted footprint of the program{staged} (temp + argument + output - "
-                 f"alias): {_mib(plan.predicted)} MiB{vs}")
-    if plan.prediction.library:
-        lines.append(f"predicted resident memory of a CPU run: {_mib(plan.prediction.resident)} "
-                     f"MiB (XLA's figure and the convolution library's largest call, "
-                     f"{_mib(plan.prediction.library)} MiB)")
+                            "is shown, --allow-over-budget)"))
     return "\n".join(lines)

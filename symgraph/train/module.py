@@ -90,16 +90,16 @@ class Module(Loops):
     plan names, the step one program or a program per segment of it
     (``TrainPrograms.staged``), whichever XLA's figures say holds less.
     The budget bounds that program (``memory.budget.fit_program``):
-    ``init_optimizer`` compiles it (``fit`` reuses it); where the step
-    without recompute already fits by XLA's figure (compiled only where
-    the prediction says so) it runs that, nothing recomputed, unless
-    ``recompute`` names nodes; where XLA's footprint is over the budget it
-    plans again to the plan's total less the excess (at most
-    ``PROGRAM_FIT_ROUNDS`` times), warning if no program fits. Results are
-    those of the unbudgeted step. Where no plan fits the budget but the
-    prediction of the step without recompute does (XLA recomputes cheap
-    ops of its own accord), that step is tried as above; a budget neither
-    fits raises ``BudgetError`` there. ``recompute``: the recompute
+    ``init_optimizer`` compiles it (``fit`` reuses it). The step without
+    recompute is compiled first and runs, nothing recomputed, where XLA's
+    figure says it fits (XLA recomputes cheap ops of its own accord, so it
+    can hold less than its plan), unless ``recompute`` names nodes; where
+    XLA's footprint is over the budget it plans again to the plan's total
+    less the excess (at most ``PROGRAM_FIT_ROUNDS`` times). Where no
+    program holds the budget, ``BudgetError`` names the smallest footprint
+    compiled and the budget, unless ``allow_over_budget``: then the
+    smallest runs, with a warning. Results are those of the unbudgeted
+    step. ``recompute``: the recompute
     set or algorithm ('mirror', 'sqrt', 'solver', or forward node names),
     with or without a budget (``sg.plan``'s ``recompute``).
     """
@@ -108,7 +108,8 @@ class Module(Loops):
                  logger=None, context=None, work_load_list=None, fixed_param_names=None,
                  state_names=None, group2ctxs=None, compression_params=None,
                  compute_dtype: str = "float32", loss_scale=1.0, seed: int = 0,
-                 memory_measures="auto", memory_budget=None, recompute=None):
+                 memory_measures="auto", memory_budget=None, recompute=None,
+                 allow_over_budget: bool = False):
         self.symbol = symbol
         # symgraph's logger (log.py): fit's lines show without configuring logging
         self.logger = logger if logger is not None else get_logger()
@@ -162,6 +163,7 @@ class Module(Loops):
             from ..memory.budget import parse_budget
             memory_budget = parse_budget(memory_budget)
         self._memory_budget = memory_budget
+        self._allow_over_budget = bool(allow_over_budget)
         self._recompute_spec = recompute
         self._budget_plan = None
         self.binded = False
@@ -814,8 +816,7 @@ class Module(Loops):
         """With ``memory_budget`` or ``recompute``: plans the training step
         (``plan_memory``) and has the programs recompute what the plan
         recomputes. Where no plan fits the budget, the step without recompute
-        when its prediction (``Plan.predicted``) does; BudgetError where that
-        does not either."""
+        (``memory.budget.first_plan``: its program may hold less)."""
         if self._memory_budget is None and self._recompute_spec is None:
             return
         if not (self.for_training and self._trainable):
@@ -852,9 +853,10 @@ class Module(Loops):
         (``memory.budget.fit_program``: the step without recompute where
         XLA's figure says it fits, else plans again to the excess). The step
         that fits is the last compiled, so ``fit`` reuses it. Where none
-        fits, the smallest runs, with a warning."""
+        fits, BudgetError, or with ``allow_over_budget`` the smallest runs,
+        with a warning."""
         from .. import xla
-        from ..memory.budget import fit_program, fmt_bytes
+        from ..memory.budget import fit_program, fmt_bytes, over_budget
         opt = self._budget_optimizer()
 
         def footprint_of(p):
@@ -865,6 +867,8 @@ class Module(Loops):
                           lambda b: self._plan_to(b, opt), footprint_of,
                           keep_recompute=self._keeps_recompute())
         self._follow(fit.plan)
+        if not fit.fits and not self._allow_over_budget:
+            raise over_budget(fit, self._memory_budget, "Module(allow_over_budget=True)")
         if not fit.fits:
             self.logger.warning("memory_budget %s: the smallest step XLA compiled holds %s "
                                 "(its plan %s)", fmt_bytes(self._memory_budget),

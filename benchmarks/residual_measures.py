@@ -39,7 +39,7 @@ def memory_row(name: str, batch: int, sets: list) -> dict:
     from symgraph.models import data_shapes, get_model
     p = plan(get_model(name), data_shapes(name, batch), train=True, name=name)
     fwd = Graph(p.graph.outputs[:p.num_forward_outputs])
-    row = {"net": name, "batch": batch, "residual_adds": measures._residual_adds(fwd),
+    row = {"net": name, "batch": batch, "residual_adds": measures.shortcuts(fwd),
            "rule": list(measures.default_measures(fwd, True)),
            "footprint": {}}
     for ms in sets:

@@ -87,8 +87,10 @@ CPU_RESIDUAL_INFER = ("scheduler", "single_op")
 # Plan.predicted models the default scheduler, not the hoisting.
 CPU_DEEP_RESIDUAL_TRAIN = ("anchor",)
 DEEP_RESIDUAL_ADDS = 24
-# ops that add two activations: a residual net's shortcut
-RESIDUAL_ADDS = ("elemwise_add", "_Plus", "_plus", "ElementWiseSum", "add_n", "broadcast_add")
+# ops that add their inputs: where two activations meet, a residual shortcut
+ADD_OPS = ("elemwise_add", "_Plus", "_plus", "_add", "ElementWiseSum", "add_n",
+           "broadcast_add", "broadcast_plus")
+CONVOLUTIONS = ("Convolution", "Deconvolution")
 
 # A program that recomputes ties each backward node to its incoming
 # gradient too: without it XLA computed backward work from the saved and
@@ -153,8 +155,37 @@ def _has_conv2d(graph: Graph) -> bool:
                len(n.params.kernel) == 2 for n in graph.nodes)
 
 
-def _residual_adds(graph: Graph) -> int:
-    return sum(1 for n in graph.nodes if n.op is not None and n.op.name in RESIDUAL_ADDS)
+def shortcuts(graph: Graph) -> int:
+    """How many residual shortcuts a forward graph has: adds whose inputs
+    are both activations (no parameter such as a bias or LayerNorm's beta)
+    that meet a convolution away -- a Convolution or Deconvolution feeds
+    one of them but not the other. What the rule asks is whether XLA's CPU
+    convolutions run between a tensor and the sum that reads it again
+    (a residual unit), not whether the net adds: a LayerNorm's or a
+    token-mixing MLP's sums, a bias add and an LSTM's gate sums are not
+    shortcuts."""
+    ancestors: list = []  # per node, a bit set of the nodes it depends on
+    conv_bits = 0
+    count = 0
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    for i, n in enumerate(graph.nodes):
+        bits = 1 << i
+        for e in n.inputs:
+            bits |= ancestors[index[id(e.node)]]
+        ancestors.append(bits)
+        if n.op is None:
+            continue
+        if n.op.name in CONVOLUTIONS:
+            conv_bits |= 1 << i
+        elif n.op.name in ADD_OPS and len(n.inputs) >= 2 and \
+                all(e.node.op is not None for e in n.inputs):
+            sides = [ancestors[index[id(e.node)]] for e in n.inputs]
+            common = sides[0]
+            for b in sides[1:]:
+                common &= b
+            if any((b & ~common) & conv_bits for b in sides):
+                count += 1
+    return count
 
 
 def default_measures(graph: Graph, train: bool, backend: str | None = None) -> tuple:
@@ -164,9 +195,8 @@ def default_measures(graph: Graph, train: bool, backend: str | None = None) -> t
     On the CPU, graphs with 2-D convolutions get ``CPU_TRAIN`` /
     ``CPU_INFER`` (the layout and anchor measures are about the copies XLA's
     CPU convolutions make), or ``CPU_RESIDUAL`` / ``CPU_RESIDUAL_INFER``
-    when activations are added (residual shortcuts: channels-last slows
-    those down) --
-    ``CPU_DEEP_RESIDUAL_TRAIN`` in training with more than
+    where it has residual shortcuts (``shortcuts``: channels-last slows
+    those down) -- ``CPU_DEEP_RESIDUAL_TRAIN`` in training with more than
     ``DEEP_RESIDUAL_ADDS`` of them; other graphs (MLPs, sequence models)
     need none.
     On a GPU (``GPU_TRAIN``): the anchor in training conv nets, tied by an
@@ -178,7 +208,7 @@ def default_measures(graph: Graph, train: bool, backend: str | None = None) -> t
         return GPU_TRAIN if train and _has_conv2d(graph) else ()
     if not _has_conv2d(graph):
         return ()
-    adds = _residual_adds(graph)
+    adds = shortcuts(graph)
     if adds > DEEP_RESIDUAL_ADDS and train:
         return CPU_DEEP_RESIDUAL_TRAIN
     if adds:

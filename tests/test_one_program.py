@@ -117,6 +117,53 @@ def test_default_measures_rule():
         sg.mod.Module(_convnet(), memory_measures="donate")
 
 
+def test_shortcuts_are_found_by_structure_not_by_op_names():
+    """A shortcut is an add of two activations that meet a convolution
+    away: a bias added by broadcast_add (a parameter), LayerNorm's
+    broadcast ops, a token-mixing residual (no convolution between the
+    two sides) and an LSTM's gate sums are not; residual units, also
+    written with broadcast_add or ElementWiseSum, are."""
+    S, rule = sg.sym, sg.measures.default_measures
+    x = S.Variable("data")
+    # a plain conv net whose biases are separate broadcast_add nodes
+    h = x
+    for i in range(3):
+        h = S.Convolution(h, kernel=(3, 3), pad=(1, 1), num_filter=4, no_bias=True,
+                          name=f"c{i}")
+        h = S.Activation(S.broadcast_add(h, S.Variable(f"b{i}", shape=(1, 4, 1, 1))),
+                         act_type="relu")
+    biased = Graph(h.outputs)
+    assert sg.measures.shortcuts(biased) == 0
+    assert rule(biased, True, "cpu") == sg.measures.CPU_TRAIN
+    assert rule(biased, False, "cpu") == sg.measures.CPU_INFER
+    # a stack of LayerNorms and residual MLPs after a patch convolution
+    t = S.reshape(S.Convolution(x, kernel=(4, 4), stride=(4, 4), num_filter=8, name="patch"),
+                  shape=(0, 0, -1))
+    for i in range(30):
+        mu = S.mean(t, axis=-1, keepdims=True)
+        d = S.broadcast_sub(t, mu)
+        n = S.broadcast_div(d, S.sqrt(S.mean(S.square(d), axis=-1, keepdims=True) + 1e-5))
+        n = S.broadcast_add(S.broadcast_mul(n, S.Variable(f"g{i}", shape=(16,))),
+                            S.Variable(f"be{i}", shape=(16,)))
+        t = t + S.FullyConnected(n, num_hidden=16, flatten=False, name=f"fc{i}")
+    norms = Graph(t.outputs)
+    assert sg.measures.shortcuts(norms) == 0
+    assert rule(norms, True, "cpu") == sg.measures.CPU_TRAIN
+    # an LSTM-like gate sum of two FullyConnected layers: no convolution at all
+    gates = Graph((S.FullyConnected(x, num_hidden=8, name="i2h") +
+                   S.FullyConnected(S.Variable("h"), num_hidden=8, name="h2h")).outputs)
+    assert sg.measures.shortcuts(gates) == 0 and rule(gates, True, "cpu") == ()
+    # residual units, however the sum is written
+    y = S.Activation(S.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=4, name="c"),
+                     act_type="relu")
+    for i, add in enumerate((S.broadcast_add, S.elemwise_add, S.ElementWiseSum)):
+        y = add(y, S.Convolution(y, kernel=(1, 1), num_filter=4, name=f"u{i}"))
+    units = Graph(y.outputs)
+    assert sg.measures.shortcuts(units) == 3
+    assert rule(units, True, "cpu") == sg.measures.CPU_RESIDUAL
+    assert rule(units, False, "cpu") == sg.measures.CPU_RESIDUAL_INFER
+
+
 @pytest.mark.parametrize("dtype,size", [("bfloat16", 2), ("float16", 2), ("float32", 4)])
 def test_plan_memory_in_the_compute_dtype(dtype, size):
     """Module.plan_memory() plans the activations in the compute dtype."""

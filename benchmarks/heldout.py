@@ -11,12 +11,12 @@ For each net and batch, compile only (nothing runs):
 - *train* / *infer*: the arena plan (``sg.plan``) beside XLA's figures of
   the program a Module runs for it (``xla.plan_memory``: the training step
   ``fit`` compiles, SGD with momentum; ``predict``'s program), with the
-  measure set the rule picks; temp / arena and, on the CPU, the plan's
-  prediction (``Plan.predicted``) against XLA's footprint.
+  measure set the rule picks; temp / arena and XLA's footprint.
 - *budget*: budgets of the training total less 0.25, 0.5 and 0.65 of the
   internal bytes (0.75/0.5/0.35 of the arena left): the program a Module
   under ``memory_budget`` runs (``xla.fit_budget``), its footprint against
-  the budget.
+  the budget, or the refusal (BudgetError: no plan or no program holds it)
+  with the smallest total or footprint found.
 - *maxbatch*: ``sg.max_batch`` under the budget of the training step's
   footprint at the batch (the largest batch whose program fits should be
   about it), checked by compiling the program at the answer + 1.
@@ -54,9 +54,6 @@ def program_row(name: str, batch: int, train: bool, target: str) -> dict:
            "arena": p.internal["arena"], "temp": m["temp"],
            "ratio": m["temp"] / p.internal["arena"], "footprint": fp,
            "measures": m["program"]["measures"], "compile_s": time.perf_counter() - t0}
-    if target == "cpu" and p.predicted:
-        row["predicted"] = int(p.predicted)
-        row["prediction_error"] = p.predicted / fp - 1
     return row
 
 
@@ -76,14 +73,12 @@ def budget_rows(name: str, batch: int, target: str) -> list:
         t0 = time.perf_counter()
         try:
             p, m, fits = xla.fit_budget(net, shapes, budget, target=target)
-        except BudgetError as err:
-            row.update(error=str(err).splitlines()[0], holds=False)
+        except BudgetError as err:  # refused: no plan, or no program, holds it
+            row.update(error=str(err).splitlines()[0], smallest=err.smallest, holds=False)
         else:
             fp = xla.footprint(m)
             row.update(footprint=fp, over=fp / budget, holds=bool(fp <= budget),
                        recomputed=len(p.recompute), measures=m["program"]["measures"])
-            if target == "cpu" and p.predicted:
-                row["prediction_error"] = p.predicted / fp - 1
         row["compile_s"] = time.perf_counter() - t0
         rows.append(row)
     return rows
@@ -115,34 +110,31 @@ def markdown(rows: list, env: dict) -> str:
     def mib(x):
         return "-" if x is None else f"{x / MIB:,.1f}"
 
-    def pct(x):
-        return "-" if x is None else f"{x * 100:+.0f}%"
     out = [f"# Held-out nets ({env['target']}, {env['date']})", "",
            f"Command: `{env['command']}`; {env['machine']}; jax {env['jax']}. MiB. "
            "Held-out: no rule of symgraph is fitted on these nets "
            "(`symgraph/models/heldout.py`).", "",
            "## The program a Module runs beside its plan", "",
-           "| net | batch | part | arena | XLA temp | temp / arena | footprint | predicted "
-           "| measures |", "|---|--:|---|--:|--:|--:|--:|--:|---|"]
+           "| net | batch | part | arena | XLA temp | temp / arena | footprint | measures |",
+           "|---|--:|---|--:|--:|--:|--:|---|"]
     for r in rows:
         if r["part"] in ("train", "infer"):
             out.append(f"| {r['net']} | {r['batch']} | {r['part']} | {mib(r['arena'])} "
                        f"| {mib(r['temp'])} | {r['ratio']:.2f} | {mib(r['footprint'])} "
-                       f"| {pct(r.get('prediction_error'))} "
                        f"| {'+'.join(r['measures']) or 'none'} |")
     budgets = [r for r in rows if r["part"] == "budget"]
     if budgets:
         out += ["", "## Budgets (the program a Module under `memory_budget` runs)", "",
                 "| net | batch | arena left | budget | footprint | footprint / budget | holds "
-                "| recomputed | predicted |", "|---|--:|--:|--:|--:|--:|---|--:|--:|"]
+                "| recomputed |", "|---|--:|--:|--:|--:|--:|---|--:|"]
         for r in budgets:
             out.append(f"| {r['net']} | {r['batch']} | {r['fraction']} | {mib(r['budget'])} "
                        f"| {mib(r.get('footprint'))} "
                        f"| {r['over']:.3f} | {'yes' if r['holds'] else 'NO'} "
-                       f"| {r.get('recomputed', '-')} | {pct(r.get('prediction_error'))} |"
+                       f"| {r.get('recomputed', '-')} |"
                        if "footprint" in r else
                        f"| {r['net']} | {r['batch']} | {r['fraction']} | {mib(r['budget'])} "
-                       f"| - | - | refused: {r['error']} | - | - |")
+                       f"| - | - | refused (smallest {mib(r['smallest'])}) | - |")
     mbs = [r for r in rows if r["part"] == "maxbatch"]
     if mbs:
         out += ["", "## max-batch (budget: the training step's footprint at the batch)", "",

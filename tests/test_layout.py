@@ -156,7 +156,7 @@ def _net():
     c3 = sg.sym.Convolution(p1, kernel=(3, 3), pad=(1, 1), num_filter=3, name="c3")
     cat = sg.sym.Concat(p1, c3, dim=1, name="cat")
     scale = sg.sym.Variable("scale", shape=(1, 7, 1, 1))
-    bc = sg.sym.broadcast_mul(cat, scale, name="bc")       # not layout-free
+    bc = sg.sym.broadcast_mul(cat, scale, name="bc")       # a per-channel scale
     g = sg.sym.Pooling(bc, global_pool=True, pool_type="avg", kernel=(1, 1), name="gp")
     fc = sg.sym.FullyConnected(g, num_hidden=3, name="fc")
     return sg.sym.Group([sg.sym.LinearRegressionOutput(fc, name="out"), cat])
@@ -172,19 +172,22 @@ def test_rewrite_runs_channels_last_with_few_transposes():
     assert [(n.name, dict(n.attrs)) for n in g.nodes] == before, "the input graph changed"
     node = {n.name: n for n in g2.nodes}
     assert all(node[c].params.layout == "NHWC" for c in ("c1", "c2", "c3", "p1"))
-    assert node["gp"].params.layout is None  # its input is channel-first: it follows
+    assert node["gp"].params.layout == "NHWC"  # it follows the channels-last scale
     assert node["b1"].params.axis == 3 and node["cat"].params.dim == 3
     assert node["add"].inputs[1].node is node["r1"]  # r1 stays channels-last
     transposes = [n for n in g2.nodes if n.op is not None and n.op.name == "transpose"]
-    # data in; out to broadcast_mul and to the concat output (one transpose
-    # serves both); the weights are read as they are
-    assert sorted(n.name for n in transposes) == ["cat_to_nc", "data_to_nhwc"]
+    # data in, the (1, 7, 1, 1) scale in (the broadcast follows, permuted
+    # alike); out to the FullyConnected and to the concat output; the
+    # weights are read as they are
+    assert sorted(n.name for n in transposes) == ["cat_to_nc", "data_to_nhwc", "gp_to_nc",
+                                                  "scale_to_nhwc"]
     assert all(node[c].params.weight_layout == "OIHW" for c in ("c1", "c2", "c3"))
     for t in transposes:  # no transpose reads another: the pairs cancelled
         assert t.inputs[0].node.op is None or t.inputs[0].node.op.name != "transpose"
-    assert node["bc"].inputs[0].node.name == "cat_to_nc"
+    assert node["bc"].inputs[0].node is node["cat"]
+    assert node["scale_to_nhwc"].params.axes == (0, 2, 3, 1)
     assert Counter(n.op.name for n in g2.nodes if n.op is not None) - \
-        Counter(n.op.name for n in g.nodes if n.op is not None) == Counter(transpose=2)
+        Counter(n.op.name for n in g.nodes if n.op is not None) == Counter(transpose=4)
     assert g2.list_arguments() == g.list_arguments()
     assert g2.list_auxiliary_states() == g.list_auxiliary_states()
 
@@ -217,9 +220,12 @@ def test_planner_sees_the_transposes():
     names = {n.name for n in plan.graph.nodes}
     assert {"data_to_nhwc", "cat_to_nc"} <= names
     # the transposes' gradients are planned too (their backward is a
-    # transpose): the concat output's; the data gets no gradient
+    # transpose): the concat output's, the pooled value's and the scale's;
+    # the data gets no gradient
     assert sorted(n.name for n in plan.graph.nodes if n.op is not None and
-                  n.op.name == "transpose") == ["cat_to_nc", "cat_to_nc_backward", "data_to_nhwc"]
+                  n.op.name == "transpose") == [
+        "cat_to_nc", "cat_to_nc_backward", "data_to_nhwc", "gp_to_nc", "gp_to_nc_backward",
+        "scale_to_nhwc", "scale_to_nhwc_backward"]
 
 
 def test_plan_layout_nhwc_plans_the_rewritten_training_graph():
@@ -269,18 +275,20 @@ def test_training_graph_backward_follows_its_forward():
     node = {n.name: n for n in g2.nodes}
     bwd = [n for n in g2.nodes if n.op is not None and n.op.forward is not None and
            n.op.forward.name in ("Convolution", "Pooling", "BatchNorm", "Concat")]
-    assert len(bwd) == 7  # c1, c2, c3, b1, p1, cat and gp (which stays channel-first)
+    assert len(bwd) == 7  # c1, c2, c3, b1, p1, cat and gp
     for n in bwd:  # every backward node runs in its forward node's layout
         fwd = node[n.name.replace("_backward", "")]
         assert n.params.get("layout") == fwd.params.get("layout"), n.name
         assert n.params.get("axis") == fwd.params.get("axis"), n.name
-    # transposes: data in and the concat out, as in the forward graph; the
-    # concat output's gradient (its head gradient plus broadcast_mul's) in,
-    # the data's gradient out
+    # transposes: data and scale in, the pooled value and the concat out, as
+    # in the forward graph; the concat output's head gradient and the
+    # FullyConnected's data gradient in; the data's and the scale's
+    # gradients out
     transposes = sorted(n.name for n in g2.nodes if n.op is not None and
                         n.op.name == "transpose")
-    assert transposes == ["c1_backward_to_nc", "cat_grad_sum_to_nhwc", "cat_to_nc",
-                          "data_to_nhwc"]
+    assert transposes == ["bc_backward_1_to_nc", "c1_backward_to_nc",
+                          "cat_output_head_grad_to_nhwc", "cat_to_nc", "data_to_nhwc",
+                          "fc_backward_to_nhwc", "gp_to_nc", "scale_to_nhwc"]
     feeds = {**vals, **heads}
     a, aux = jax.jit(lower(gg, True))(feeds, jax.random.key(0))
     b, aux2 = jax.jit(lower(g2, True))(feeds, jax.random.key(0))

@@ -6,6 +6,8 @@ names, attributes and defaults follow MXNet 1.x.
 """
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -36,10 +38,15 @@ def _fc_shape(p, s):
 
 
 def _fc_lower(p, ctx, x, w, b=None):
-    if p.flatten:
-        x = x.reshape(x.shape[0], -1)
-    y = jnp.matmul(x, w.T)
-    return y if b is None else y + b
+    # always one 2-D product: on it XLA:CPU writes an elementwise reader (an
+    # activation) over the product's buffer where it dies, as the plan has
+    # it; the N-D product kept both (a token-mixing MLP's FullyConnected
+    # and GELU in inference: XLA temp 1.5x the plan)
+    lead = x.shape[:1] if p.flatten else x.shape[:-1]
+    y = jnp.matmul(x.reshape(math.prod(lead), -1), w.T)
+    if b is not None:
+        y = y + b
+    return y.reshape(*lead, y.shape[-1])
 
 
 def _fc_flops(p, ins, outs):

@@ -5,9 +5,9 @@ outputs from the same variables (data and weights keep MXNet's
 channel-first layouts) in which every Convolution runs with the
 channel-last ``layout`` (NWC, NHWC, NDHWC; its weight read as it is,
 ``weight_layout`` OIW/OIHW/OIDHW), and Pooling, BatchNorm (on the last
-axis), Concat and layout-free elementwise ops (every input the same shape:
-an activation, a residual add) follow where their first input is already
-channels-last. In a training graph each backward node follows its forward
+axis), Concat and elementwise ops (every input of the same rank,
+broadcasting alike once permuted: an activation, a residual add, a bias
+added by a broadcast op) follow where an input is already channels-last. In a training graph each backward node follows its forward
 node. A ``transpose`` node is inserted wherever a value changes layout --
 into the first channels-last op, out of it to a channel-first reader or a
 graph output -- at most one per value and direction, so a value never
@@ -177,9 +177,21 @@ def _rule(node: Node, in_shapes: list, held_last: list, lead=LEAD):
         return ({"dim": _forward_perm(r).index(p.dim % r)}, set(range(len(in_shapes))),
                 set(range(node.num_outputs)), r)
     if (op.category == "elementwise" and not op.needs_rng and any(held_last) and
-            all(s is not None and tuple(s) == tuple(data) for s in in_shapes)):
+            _broadcasts_within(in_shapes, r)):
         return {}, set(range(len(in_shapes))), set(range(node.num_outputs)), r
     return None
+
+
+def _broadcasts_within(in_shapes: list, r: int) -> bool:
+    """Whether the inputs have rank ``r`` and each axis of each is 1 or the
+    size all others agree on: permuted alike, they broadcast alike (a
+    residual add, or a bias of shape (1, C, 1, 1) added by a broadcast op)."""
+    if any(s is None or len(s) != r for s in in_shapes):
+        return False
+    for dims in zip(*in_shapes):
+        if len({d for d in dims if d != 1}) > 1:
+            return False
+    return True
 
 
 def _backward_rule(node: Node, fwd_rule: tuple):

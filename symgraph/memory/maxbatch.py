@@ -8,11 +8,15 @@ The shapes may give any batch: the batch is set on ``batch_axis`` of every
 input whose shape is given (data and labels). The search plans the net at
 growing batches (1, 2, 4, ... until the plan's total no longer fits, then
 bisection between the last that fit and the first that did not): plans are
-fast (ResNet-152 training about 0.1 s), compiling is not. The batch found is
-then confirmed by compiling -- not running -- the program a Module would run
-at that batch (``symgraph.xla.plan_step``) and reading XLA's figure
-(temp + argument + output - alias, ``xla.footprint``); where that exceeds the
-budget the batch is stepped down until it fits, and ``notes`` say so.
+fast (ResNet-152 training about 0.1 s), compiling is not. XLA's figure of
+the program a Module would run at a batch (compiled, not run:
+``symgraph.xla.plan_step``; temp + argument + output - alias,
+``xla.footprint``) then decides: from the plans' answer the batch is stepped
+down while that figure exceeds the budget, and searched up while the next
+batch's program fits (XLA recomputes cheap ops of its own accord, so its
+program can hold less than the plan). The batch found is the largest whose
+program fits: the next one's was compiled and does not; ``notes`` say
+where the plans and the program disagreed.
 
 With ``recompute`` the plans are budgeted plans (``sg.plan(..., budget=)``:
 forward tensors dropped and recomputed in the backward to fit), so a batch
@@ -35,8 +39,8 @@ DEFAULT_LIMIT = 1 << 20
 class MaxBatch:
     """What ``max_batch`` found.
 
-    ``batch``: the largest batch whose plan fits (after XLA's check, if it
-    ran); ``total``: the plan's total bytes at that batch (arguments,
+    ``batch``: the largest batch whose program fits by XLA's figure (with
+    ``xla``; else the largest whose plan fits); ``total``: the plan's total bytes at that batch (arguments,
     gradients, aux, optimizer state, internal); ``recompute``: what that
     plan recomputes (dicts with name, bytes, flops; empty without
     recompute); ``xla``: XLA's footprint of the program at that batch
@@ -176,17 +180,15 @@ def max_batch(net, shapes: dict, budget=None, train: bool = True, optimizer=None
         optimizer: count its state too, by name ('sgd', 'momentum', 'nag',
         'adam', 'adamw', 'rmsprop'). recompute: let the planner recompute forward tensors
         in the backward to fit (budgeted plans); False plans as they are.
-    xla: confirm by compiling the program a Module would run at the batch
-        found (compile only) and step the batch down while XLA's figure is
-        above the budget. progress: a tqdm bar on stderr while searching.
+    xla: decide by compiling the program a Module would run (compile
+        only): from the plans' answer, down while XLA's figure is above the
+        budget, up while the next batch's program fits. progress: a tqdm bar
+        on stderr while searching.
     limit: the largest batch tried. Other keywords go to ``sg.plan``.
     target: the device XLA's check compiles for (``symgraph.targets.get``:
         'cpu' by default, 'h100', 'a100', 'l4', a description file, 'gpu');
-        for a GPU the batch is the largest whose program fits by XLA's
-        figure, searched up from the plans' answer as well as down (the
-        next batch up is compiled and does not fit), and ``budget``
-        defaults to the device's pool less the convolution workspace
-        allowance (``default_budget``).
+        for a GPU ``budget`` defaults to the device's pool less the
+        convolution workspace allowance (``default_budget``).
 
     A budget that batch 1 does not fit raises a BudgetError (a PlanError)
     naming the smallest total reachable at batch 1 and the budget.
@@ -227,7 +229,7 @@ def max_batch(net, shapes: dict, budget=None, train: bool = True, optimizer=None
         xla_bytes = None
         if xla:
             found, xla_bytes = _confirm(run, lo, budget, train, optimizer, bar, notes, target)
-            if target.backend != "cpu" and xla_bytes is not None:
+            if xla_bytes is not None:
                 found, xla_bytes = _search_up(run, found, xla_bytes, budget, limit,
                                               optimizer, target, bar, notes)
     finally:

@@ -8,15 +8,16 @@ will do). The search plans the net at batches 1, 2, 4, ... until the plan's
 total (arguments, gradients, aux, optimizer state, internal) no longer fits
 the budget, then bisects -- nothing is run. In training the planner may
 recompute forward tensors in the backward to fit (--no-recompute: plans as
-they are). The batch found is confirmed by compiling, not running, the
-program a Module would run at that batch: where XLA's figure (temp +
-argument + output - alias) is above the budget the batch is stepped down
-until it fits (--no-xla skips the compile). With a GPU --target (h100, a100,
+they are). XLA's figure (temp + argument + output - alias) of the program a
+Module would run, compiled, not run, then decides: from the plans' answer
+the batch is stepped down while that figure is above the budget and
+searched up while the next batch's program fits, so the batch printed is
+the largest whose program fits and the next one's does not (--no-xla
+skips the compiles: the plans' answer). With a GPU --target (h100, a100,
 a100-40gb, l4, a description file, gpu) the program is compiled for that
-device (deviceless for a description), the budget defaults to the device's
-memory JAX's allocator takes less a convolution workspace allowance, and
-the search also goes up from the plans' answer: the batch printed is the
-largest whose program fits, and the next one's does not. In a terminal a progress bar
+device (deviceless for a description) and the budget defaults to the
+device's memory JAX's allocator takes less a convolution workspace
+allowance. In a terminal a progress bar
 on stderr shows the search. --json prints {"batch": N, "total": bytes, "recompute": [...],
 "xla": bytes or null, "budget": bytes, "plan_batch": N, "train": bool,
 "notes": [...], "target": {...}}.
@@ -53,7 +54,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-recompute", action="store_true",
                         help="plan without recomputing forward tensors in the backward")
     parser.add_argument("--no-xla", action="store_true",
-                        help="do not confirm the batch by compiling its program")
+                        help="answer by the plans alone, compiling nothing")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 

@@ -69,6 +69,11 @@ OP_CASES = [
     ("Convolution", {"kernel": (3,), "stride": (2,), "pad": (1,), "num_filter": 3}, (2, 2, 9)),
     ("Convolution", {"kernel": (2, 2, 2), "pad": (1, 0, 1), "num_filter": 2},
      (1, 2, 3, 4, 3)),
+    # depthwise (one filter per channel): lowered as taps on the CPU
+    ("Convolution", {"kernel": (3, 3), "num_group": 3, "num_filter": 3, "pad": (1, 1),
+                     "stride": (2, 2)}, (2, 3, 5, 5)),
+    ("Convolution", {"kernel": (3,), "num_group": 4, "num_filter": 4, "dilate": (2,)},
+     (2, 4, 9)),
     ("Pooling", {"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1)}, (2, 3, 7, 6)),
     ("Pooling", {"kernel": (3, 2), "stride": (2, 1), "pool_type": "avg",
                  "count_include_pad": False, "pooling_convention": "full"}, (2, 2, 6, 5)),

@@ -42,8 +42,7 @@ from .graph import Graph
 
 MEASURES = ("scheduler", "anchor", "anchor_weights", "channels_last", "single_op",
             "split_wgrad", "wgrad_first")
-# split_wgrad's batch slices (halves: quarters did no better on the small
-# test nets, and worse on the Inception-like one)
+# split_wgrad's batch slices: halves (quarters did no better)
 WGRAD_CHUNKS = 2
 SCHEDULER_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
 # XLA's CPU backend hands convolutions and dots to YNNPACK one op at a time:
@@ -52,39 +51,28 @@ SCHEDULER_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMI
 SINGLE_OP_FUSIONS = {"xla_cpu_experimental_ynn_fusion_type":
                      "LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
 
-# The rule's choices on the CPU for graphs with 2-D convolutions, measured
-# on VGG-16, Inception-BN, ResNet-50 and GoogLeNet at batch 64
-# (benchmarks/results/module_step): channels_last+anchor keeps plain and
-# Inception-style conv nets within 1.15x of the arena plan in training and
-# runs them faster than the plain lowering (VGG-16 1.08x, Inception-BN
-# 1.08x); channels_last+scheduler in inference. Residual nets are the
-# exception: channels-last ran ResNet-50's step at 0.86x, while XLA's
-# memory-optimized scheduler alone runs at full speed and brings its temp
-# to half the plan.
+# The CPU rule for graphs with 2-D convolutions. XLA:CPU's convolutions
+# work channels-last, so plain and Inception-style nets lower channels-last
+# (no transposed copies) with the anchor (no saved activation turned into a
+# layout copy early); in inference, with the memory-optimized scheduler.
+# Residual nets are the exception: channels-last slowed their steps, while
+# the memory-optimized scheduler alone keeps their temp well under the plan
+# (XLA recomputes BatchNorm and ReLU in the backward itself). Fitted on the
+# zoo (benchmarks/results/module_step), judged on the held-out nets
+# (benchmarks/results/heldout).
 CPU_TRAIN = ("channels_last", "anchor")
 CPU_INFER = ("channels_last", "scheduler")
 CPU_RESIDUAL = ("scheduler",)
 # Residual nets' inference asks YNNPACK for one convolution per call: left
-# to itself it ran a ResNet's last stage as one library call, which takes
-# every weight of the stage in its convolution layout at once and keeps
-# its intermediates out of XLA's figure (resnet-cifar-20 at batch 8:
-# footprint 3.21 -> 2.65 MiB; ResNet-18 at batch 4: 89.7 -> 71.4 MiB,
-# the prediction's figure in both; ResNet-18 at batch 8 and ResNet-50
-# unchanged), at the same speed (batch 8, best of 5: ResNet-18, ResNet-50,
-# ResNet-v1-50 and resnet-cifar-20 0.99-1.01x). Not in training: there the
-# single calls held more than the chains did (ResNet-50 at batch 8: 540 ->
-# 563 MiB).
+# to itself it runs a stage's convolutions as one call, which holds every
+# weight of the stage in its layout at once, outside XLA's figure. Not in
+# training, where the single calls held more than the chains.
 CPU_RESIDUAL_INFER = ("scheduler", "single_op")
 # Deep residual nets train with the anchor under XLA's default scheduler:
-# on them the memory-optimized scheduler moves backward work that needs no
-# gradient (a BatchNorm backward's normalised input, a ReLU recomputed for a
-# convolution's weight gradient) to the start of the backward, for many
-# units at once. Measured at batch 32, 224x224 (footprint MiB, scheduler /
-# anchor): ResNet-18 458 / 525, ResNet-50 1,487 / 1,535, ResNet-101 2,754 /
-# 2,338, ResNet-152 4,122 / 3,262; the anchor wins from between 16 and 33
-# residual units on, for 3-10% more step time (ResNet-152 1.03x, ResNet-101
-# 1.10x; benchmarks/results/residual_measures). The prediction follows it:
-# Plan.predicted models the default scheduler, not the hoisting.
+# the memory-optimized scheduler hoists backward work that needs no
+# gradient (a BatchNorm backward's normalised input, a recomputed ReLU) to
+# the start of the backward for many units at once, which outgrows what it
+# saves from between 16 and 33 shortcuts on (benchmarks/results/residual_measures).
 CPU_DEEP_RESIDUAL_TRAIN = ("anchor",)
 DEEP_RESIDUAL_ADDS = 24
 # ops that add their inputs: where two activations meet, a residual shortcut
@@ -93,32 +81,23 @@ ADD_OPS = ("elemwise_add", "_Plus", "_plus", "_add", "ElementWiseSum", "add_n",
 CONVOLUTIONS = ("Convolution", "Deconvolution")
 
 # A program that recomputes ties each backward node to its incoming
-# gradient too: without it XLA computed backward work from the saved and
-# recomputed tensors early and kept the results (a 16-layer MLP, batch 512,
-# a checkpoint every 4 layers: temp 38 MiB plain, 26 MiB anchored, against
-# the plan's 18 MiB). Residual nets also go channels-last: with the
-# scheduler and the anchor, three small ResNets' budgeted programs held
-# 8.0, 10.1 and 20.1 MiB against 9.5, 11.0 and 20.1 without channels-last
-# (plans 6.5, 10.0, 18.8 MiB; benchmarks/recompute_program.py).
+# gradient too: without it XLA computes backward work from the saved and
+# recomputed tensors early and keeps the results. Residual nets that
+# recompute also go channels-last (benchmarks/results/recompute_program).
 RECOMPUTE_ANCHOR = ("anchor",)
 RECOMPUTE_RESIDUAL = ("channels_last", "scheduler", "anchor")
-# Plain and Inception-style conv nets (CPU_TRAIN) that recompute also take
-# the weight gradient first: the recomputed input of a convolution is alive
-# through its backward, and XLA held it, the output gradient, the data
-# gradient and the two batch-minor copies at once (VGG-16, batch 32, 0.75
-# of the internal bytes: footprint 3,034 -> 2,743 MiB against a budget of
-# 2,991; Inception-v3 at 0.5: 1,721 -> 1,658 and 1,397 -> 1,389). Without
-# recompute it changed nothing on VGG-16 and held more elsewhere
-# (ResNet-50 under the scheduler, batch 32: 1,487 -> 2,075 MiB).
+# Plain and Inception-style conv nets that recompute also take the weight
+# gradient first: a recomputed convolution input is alive through its
+# backward, and XLA held it beside the output gradient, the data gradient
+# and the weight gradient's two batch-minor copies. Without recompute it
+# held more on residual nets, so only here.
 RECOMPUTE_CPU_TRAIN = CPU_TRAIN + ("wgrad_first",)
 # On a GPU, training conv nets take the anchor (tied by an optimization
 # barrier, weights untied): XLA:GPU fuses a ReLU's backward mask, which does
 # not need the incoming gradient, into the convolution's backward and reads
 # the raw convolution output there, so it keeps both that output and the
-# ReLU's for every convolution feeding another (VGG-16, batch 64, H100
-# description: temp 1.51x the arena without, 1.04x with).
+# ReLU's for every convolution feeding another (benchmarks/results/gpu_targets).
 GPU_TRAIN = ("anchor",)
-
 
 def recompute_measures(measures: tuple, backend: str | None = None) -> tuple:
     """The rule's measure set for a training program that recomputes: on the

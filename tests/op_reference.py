@@ -125,4 +125,8 @@ from op_reference_tensor import REFERENCE_TENSOR  # noqa: E402
 
 REFERENCE.update(REFERENCE_NN)
 REFERENCE.update(REFERENCE_TENSOR)
+from op_reference_glue import REFERENCE_GLUE  # noqa: E402
+REFERENCE.update(REFERENCE_GLUE)
+from op_reference_normalize import REFERENCE_NORMALIZE  # noqa: E402
+REFERENCE.update(REFERENCE_NORMALIZE)
 LOSS_GRAD.update(LOSS_GRAD_NN)

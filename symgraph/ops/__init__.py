@@ -1,5 +1,7 @@
 """The op registry and every op family. Importing this registers all ops."""
 from . import elementwise, tensor, dot, reduce, nn, loss  # noqa: F401  (registration)
+from . import glue  # noqa: F401  (registration)
+from . import normalize  # noqa: F401  (registration)
 from .registry import OpDef, Sample, all_opdefs, get_op, list_ops, register
 
 __all__ = ["OpDef", "Sample", "all_opdefs", "get_op", "list_ops", "register"]

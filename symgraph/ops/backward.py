@@ -43,7 +43,7 @@ def register_backward(fwd: OpDef, *, reads_inputs=None, reads_outputs=(),
                       infer_type: Callable | None = None,
                       inplace: Callable | Sequence = (),
                       category: str | None = None, flops: Callable | None = None,
-                      inputs_for_shape_only: bool = False) -> OpDef:
+                      inputs_for_shape_only: bool | Sequence[int] = False) -> OpDef:
     """Registers ``_backward_<fwd>`` and sets ``fwd.gradient`` to build it.
 
     The backward node's inputs are, in order, the gradients of forward
@@ -58,7 +58,9 @@ def register_backward(fwd: OpDef, *, reads_inputs=None, reads_outputs=(),
     Without ``lower`` the gradient is ``jax.vjp`` of the forward lowering,
     which needs every argument read and no aux state.
     ``inputs_for_shape_only`` says the forward inputs it reads are read only
-    for their shapes/dtypes (so they need not stay alive for it).
+    for their shapes/dtypes (so they need not stay alive for it): True for
+    all of them, or the forward input indices that are (``take`` reads its
+    indices' values but only its data's shape).
     The backward op has ``fwd``'s family and
     ``forward=fwd``; ``flops`` and ``category`` default to the category's
     rule and ``fwd``'s category.
@@ -112,13 +114,18 @@ def register_backward(fwd: OpDef, *, reads_inputs=None, reads_outputs=(),
     def infer_shape_node(p, in_shapes):
         return infer_shape(p, in_shapes)
 
+    def shape_inputs(p):
+        n_og, read = len(rg(p)), ri(p)
+        if inputs_for_shape_only is True:
+            return list(range(n_og, n_og + len(read)))
+        return [n_og + k for k, i in enumerate(read) if i in set(inputs_for_shape_only or ())]
+
     attrs = dict(fwd.attrs)
     attrs["need"] = Attr(shape_attr, (), "0/1 mask: which argument gradients to compute")
     bwd = register(OpDef(
         name=name, lower=node_lowering(lower), infer_shape=infer_shape_node, attrs=attrs,
         arguments=arguments, outputs=outputs, inplace=inplace, infer_type=infer_type,
-        shape_inputs=(lambda p: list(range(len(rg(p)), len(rg(p)) + len(ri(p)))))
-        if inputs_for_shape_only else (),
+        shape_inputs=shape_inputs,
         category=category or fwd.category, flops=flops, family=fwd.family, forward=fwd,
         backward_io=lambda p: (rg(p), ri(p), ro(p), [i for i, m in enumerate(need(p)) if m]),
         doc=f"Gradient of {fwd.name}; inputs are exactly what it reads."))

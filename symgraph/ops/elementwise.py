@@ -147,6 +147,35 @@ register_backward(_div, lower=lambda p, ctx, og, ins, outs: [
     og[0] / ins[1], -og[0] * ins[0] / (ins[1] * ins[1])], inplace=[(0, 0)])
 
 
+def _binary_reading_both(name, fn, dlhs, drhs, **kw):
+    """A binary op on equal shapes whose ``_backward_`` node reads lhs and
+    rhs (MXNet's ElemwiseGradUseIn); computes only the gradients asked for."""
+    op = _binary(name, fn, **kw)
+
+    def lower(p, ctx, og, ins, outs):
+        a, b = ins
+        need = p.need or (1, 1)
+        return [dlhs(og[0], a, b) if need[0] else None, drhs(og[0], a, b) if need[1] else None]
+
+    register_backward(op, lower=lower, inplace=[(0, 0)])
+    return op
+
+
+# c = max(a, b); da = dc [a >= b]; db = dc [a < b]  (ties go to lhs, as MXNet)
+_binary_reading_both("_maximum", jnp.maximum, lambda dy, a, b: jnp.where(a >= b, dy, 0),
+                     lambda dy, a, b: jnp.where(a < b, dy, 0), samples=BIN,
+                     aliases=("_Maximum",), doc="Elementwise maximum of two equal shapes.")
+# c = min(a, b); da = dc [a <= b]; db = dc [a > b]
+_binary_reading_both("_minimum", jnp.minimum, lambda dy, a, b: jnp.where(a <= b, dy, 0),
+                     lambda dy, a, b: jnp.where(a > b, dy, 0), samples=BIN,
+                     aliases=("_Minimum",), doc="Elementwise minimum of two equal shapes.")
+# c = a^b; da = dc b a^(b-1); db = dc a^b log a
+_binary_reading_both("_power", jnp.power, lambda dy, a, b: dy * b * a ** (b - 1),
+                     lambda dy, a, b: dy * a ** b * jnp.log(a),
+                     samples=[Sample({}, [(3, 4), (3, 4)], low=0.5, high=2)],
+                     aliases=("_Power",), doc="Elementwise lhs ** rhs of two equal shapes.")
+
+
 def _sum_shape(p, in_shapes):
     if len(in_shapes) != p.num_args:
         raise ShapeError(f"expected {p.num_args} inputs, got {len(in_shapes)}")
@@ -170,9 +199,9 @@ register(OpDef(
 SCALAR = {"scalar": Attr(float_attr, 1.0)}
 
 
-def _scalar(name, fn, *, reads=None, dfn, samples=None):
+def _scalar(name, fn, *, reads=None, dfn, samples=None, aliases=()):
     op = register(OpDef(name=name, attrs=SCALAR, lower=lambda p, ctx, x: fn(x, p.scalar),
-                        infer_shape=same_shape, inplace=INPLACE_FIRST,
+                        infer_shape=same_shape, inplace=INPLACE_FIRST, aliases=aliases,
                         category="elementwise", flops=elementwise_flops,
                         samples=samples or [Sample({"scalar": 1.5}, [(3, 4)])]))
     register_backward(
@@ -195,6 +224,10 @@ _scalar("_rdiv_scalar", lambda x, s: s / x, reads="input", dfn=lambda dy, x, s: 
 _scalar("_power_scalar", lambda x, s: x ** s, reads="input",
         dfn=lambda dy, x, s: dy * s * x ** (s - 1),
         samples=[Sample({"scalar": 2.5}, [(3, 4)], low=0.5, high=2)])
+# y = s^x; dx = dy y log(s)  -- reads only y (MXNet's ElemwiseGradUseOut)
+_scalar("_rpower_scalar", lambda x, s: s ** x, reads="output",
+        dfn=lambda dy, y, s: dy * y * jnp.log(s),
+        samples=[Sample({"scalar": 2.5}, [(3, 4)])], aliases=("_RPowerScalar",))
 _scalar("_maximum_scalar", lambda x, s: jnp.maximum(x, s), reads="input",
         dfn=lambda dy, x, s: jnp.where(x > s, dy, 0),
         samples=[Sample({"scalar": 0.1}, [(3, 4)])])

@@ -604,10 +604,25 @@ def test_fit_program_gives_the_smallest_program_where_none_fits():
     err = B.over_budget(fit, 800, "the flag")
     assert err.smallest == fit.footprint and err.budget == 800 and "the flag" in str(err)
 
-    # a plan to the excess that does not exist ends the search at once
+    # no plan gets to the excess: the smallest plan is compiled once, then
+    # the search ends (nothing smaller exists)
     footprint_of, seen = _xla(lambda p: 100)
     fit = B.fit_program(first, 800, _planner(plain, smallest=750)[0], footprint_of)
-    assert not fit.fits and seen == [plain, first] and fit.plan is first
+    assert not fit.fits and [p.total for p in seen] == [1000, 800, 750]
+    assert fit.plan.total == 750 and fit.footprint == 850
+
+
+def test_fit_program_tries_the_smallest_plan_where_none_gets_to_the_excess():
+    """XLA may hold less than a plan: where no plan reaches the plan's total
+    less the excess, the smallest plan's program is compiled, and taken
+    where it fits."""
+    plain = _Plan(1000)
+    first = _Plan(800, ["a"])
+    plan_for, asked = _planner(plain, smallest=750)
+    footprint_of, seen = _xla(lambda p: -100 if p.total == 750 else 100)
+    fit = B.fit_program(first, 800, plan_for, footprint_of)
+    assert fit.fits and fit.plan.total == 750 and fit.footprint == 650
+    assert asked == [None, 700, 750]
 
 
 @pytest.mark.parametrize("keep", [False, True])

@@ -714,7 +714,8 @@ def fit_program(first, budget: int, plan_for, footprint_of, *, keep_recompute=Fa
        it fits: nothing recomputed.
     2. Otherwise, while the program holds more than the budget (layout
        copies, XLA's own order), plan again to the plan's total less the
-       excess, at most ``rounds`` times.
+       excess -- or, where no plan gets that low, take the smallest plan
+       (its program may hold less than it) -- at most ``rounds`` times.
 
     Where no program fits, the smallest compiled is the answer
     (``fits`` False; ``over_budget`` is the error callers raise then)."""
@@ -740,8 +741,12 @@ def fit_program(first, budget: int, plan_for, footprint_of, *, keep_recompute=Fa
             break
         try:
             p = plan_for(target)
-        except BudgetError:
-            break
+        except BudgetError as err:
+            # no plan gets there; the smallest may still, where XLA holds
+            # less than its plan (it recomputes cheap ops itself)
+            if err.smallest is None or err.smallest >= p.total:
+                break
+            p = plan_for(err.smallest)
     best, held = min(tried, key=lambda t: t[1])  # over: the smallest program compiled
     return ProgramFit(best, held, False, tuple(tried))
 

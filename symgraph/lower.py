@@ -24,12 +24,11 @@ from .passes.recompute import RECOMPUTE_ATTR
 class LowerCtx:
     """What an op's lowering may know besides its inputs."""
 
-    __slots__ = ("is_train", "_key", "node_name", "wgrad_chunks", "wgrad_first", "_backend")
+    __slots__ = ("is_train", "_key", "node_name", "wgrad_chunks", "wgrad_first")
 
     def __init__(self, is_train: bool, key=None, node_name: str = "", wgrad_chunks: int = 1,
-                 wgrad_first: bool = False, backend: str | None = None):
+                 wgrad_first: bool = False):
         self.is_train = is_train
-        self._backend = backend
         self._key = key
         self.node_name = node_name
         # > 1: weight gradients summed over this many batch slices; True:
@@ -37,12 +36,6 @@ class LowerCtx:
         # the backward nodes of ops declaring ``split_wgrad``)
         self.wgrad_chunks = wgrad_chunks
         self.wgrad_first = wgrad_first
-
-    @property
-    def backend(self) -> str:
-        """The backend the program is compiled for ('cpu', 'gpu', ...): the
-        one ``lower`` was given, else JAX's default."""
-        return self._backend or jax.default_backend()
 
     def rng(self):
         """A PRNG key private to this node (derived from the node's name)."""
@@ -172,10 +165,8 @@ class JaxInterpreter(Interpreter):
     """Evaluates each node with its op's JAX lowering; collects aux updates."""
 
     def __init__(self, graph: Graph, is_train: bool, key=None, anchor: str | None = None,
-                 wgrad_chunks: int = 1, wgrad_first: bool = False, anchor_tie: str = "add",
-                 backend: str | None = None):
+                 wgrad_chunks: int = 1, wgrad_first: bool = False, anchor_tie: str = "add"):
         super().__init__(graph)
-        self.backend = backend
         if anchor_tie not in ANCHOR_TIES:
             raise SymgraphError(f"anchor_tie={anchor_tie!r}; use one of "
                                 f"{', '.join(map(repr, ANCHOR_TIES))}")
@@ -238,8 +229,7 @@ class JaxInterpreter(Interpreter):
         # (a recomputed Dropout drops the same units)
         original = node.attrs.get(RECOMPUTE_ATTR)
         ctx = LowerCtx(self.is_train, self.key, original or node.name,
-                       self.wgrad_chunks if wgrad else 1, wgrad and self.wgrad_first,
-                       self.backend)
+                       self.wgrad_chunks if wgrad else 1, wgrad and self.wgrad_first)
         if len(inputs) > 1 and _anchored(self.anchor, fwd):
             inputs = (tie_to_first(inputs) if self.anchor_tie == "add" else
                       barrier_to_first(inputs, [e.node.op is None for e in node.inputs]))
@@ -410,8 +400,7 @@ def _anchored(anchor: str | None, fwd) -> bool:
 
 
 def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
-          wgrad_chunks: int = 1, wgrad_first: bool = False, anchor_tie: str = "add",
-          backend: str | None = None):
+          wgrad_chunks: int = 1, wgrad_first: bool = False, anchor_tie: str = "add"):
     """Graph -> pure function ``f(feeds, key) -> (outputs, aux_updates)``.
 
     ``feeds`` maps variable names (and optionally ``entry_key``s of inner
@@ -427,16 +416,13 @@ def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
     size; ``wgrad_first`` computes those ops' weight gradients before
     their data gradients, so the copies are gone before the data gradient
     is allocated. ``anchor_tie``: how the anchor ties (``ANCHOR_TIES``).
-    ``backend``: the backend the program is compiled for, where an op
-    lowers differently per backend (``LowerCtx.backend``; JAX's default
-    when None).
     """
     # channels-last programs are lowered from passes.layout's rewrite
     # (measures.lower_measured): the graph says where values change layout
 
     def fn(feeds, key=None):
         interp = JaxInterpreter(graph, is_train, key, anchor, wgrad_chunks, wgrad_first,
-                                anchor_tie, backend)
+                                anchor_tie)
         outs = interp.run(feeds)
         return outs, interp.aux_updates
     return fn

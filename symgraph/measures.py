@@ -245,14 +245,13 @@ def label(measures) -> str:
 def lower_options(measures, backend: str | None = None) -> dict:
     """``lower()``'s keyword arguments for a measure set on ``backend``: the
     anchor ties by an add on the CPU, by an optimization barrier elsewhere
-    (``lower.barrier_to_first``); ops that lower per backend are told it."""
+    (``lower.barrier_to_first``)."""
     ms = set(measures)
-    backend = backend or jax.default_backend()
     return {"anchor": "backward" if "anchor" in ms else
             "weights" if "anchor_weights" in ms else None,
             "wgrad_chunks": WGRAD_CHUNKS if "split_wgrad" in ms else 1,
             "wgrad_first": "wgrad_first" in ms,
-            "anchor_tie": "add" if backend == "cpu" else "barrier", "backend": backend}
+            "anchor_tie": "add" if (backend or jax.default_backend()) == "cpu" else "barrier"}
 
 
 def compiler_options(measures, backend: str | None = None) -> dict:

@@ -69,7 +69,7 @@ OP_CASES = [
     ("Convolution", {"kernel": (3,), "stride": (2,), "pad": (1,), "num_filter": 3}, (2, 2, 9)),
     ("Convolution", {"kernel": (2, 2, 2), "pad": (1, 0, 1), "num_filter": 2},
      (1, 2, 3, 4, 3)),
-    # depthwise (one filter per channel): lowered as taps on the CPU
+    # depthwise (one filter per channel)
     ("Convolution", {"kernel": (3, 3), "num_group": 3, "num_filter": 3, "pad": (1, 1),
                      "stride": (2, 2)}, (2, 3, 5, 5)),
     ("Convolution", {"kernel": (3,), "num_group": 4, "num_filter": 4, "dilate": (2,)},

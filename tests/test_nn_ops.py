@@ -488,28 +488,3 @@ def test_max_pool_backward_matches_mxnet_first_max(case, convention):
     dy = rng.normal(size=out)
     (_, dx), _ = run(gg, {"data": x, "op_output_head_grad": dy}, is_train=True)
     np.testing.assert_allclose(np.asarray(dx), max_pool_grad(node.params, x, dy), atol=1e-12)
-
-
-def test_depthwise_convolution_as_taps_equals_the_grouped_convolution():
-    """On the CPU a depthwise Convolution (one filter per channel) is
-    lowered as a sum of per-channel taps (XLA:CPU would run the grouped
-    convolution densely over a masked weight); elsewhere as the grouped
-    convolution. The two agree in float64, strided, dilated, padded, with
-    a bias, and the CPU program holds no convolution at all."""
-    op = get_op("Convolution")
-    rng = np.random.default_rng(0)
-    for attrs, shape in [({"kernel": (3, 3), "num_group": 6, "num_filter": 6, "pad": (1, 1),
-                           "stride": (2, 1)}, (2, 6, 9, 8)),
-                         ({"kernel": (5, 3), "num_group": 4, "num_filter": 4, "dilate": (1, 2),
-                           "pad": (2, 0)}, (1, 4, 7, 9))]:
-        p = Node(op, "dw", attrs, []).params
-        x = rng.normal(size=shape)
-        w = rng.normal(size=(shape[1], 1, *attrs["kernel"]))
-        b = rng.normal(size=(shape[1],))
-        taps = op.lower(p, LowerCtx(False, backend="cpu"), x, w, b)
-        grouped = op.lower(p, LowerCtx(False, backend="gpu"), x, w, b)
-        np.testing.assert_allclose(np.asarray(taps), np.asarray(grouped), rtol=1e-12,
-                                   atol=1e-12)
-        hlo = jax.jit(lambda x, w, b: op.lower(p, LowerCtx(False, backend="cpu"), x, w, b)) \
-            .lower(x, w, b).as_text()
-        assert "convolution" not in hlo

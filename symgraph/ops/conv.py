@@ -7,8 +7,6 @@ names, attributes and defaults follow MXNet 1.x.
 """
 from __future__ import annotations
 
-import itertools
-
 import jax.numpy as jnp
 from jax import lax
 
@@ -232,48 +230,7 @@ def _conv_nobias(p, x, w):
                                     feature_group_count=p.num_group, dimension_numbers=dn)
 
 
-def _depthwise(p, x) -> bool:
-    """Whether the Convolution is depthwise: one filter per input channel."""
-    channels = x.shape[-1] if is_channels_last(p) else x.shape[1]
-    return p.num_group > 1 and p.num_group == channels == p.num_filter
-
-
-def _depthwise_taps(p, x, w):
-    """A depthwise convolution as a sum over the kernel's offsets of
-    strided slices of the padded input, each times its offset's weight per
-    channel: one loop XLA fuses. XLA:CPU runs a grouped convolution with
-    one group per channel as a dense one over a masked weight, C times the
-    work (benchmarks/results/depthwise has the figures)."""
-    n, stride, pad, dilate = _conv_geometry(p)
-    last = is_channels_last(p)
-    space = tuple(range(1, n + 1)) if last else tuple(range(2, n + 2))
-    channel = x.ndim - 1 if last else 1
-    pads = [(0, 0)] * x.ndim
-    for a, q in zip(space, pad):
-        pads[a] = (q, q)
-    xp = jnp.pad(x, pads)
-    kernel = tuple(p.kernel)
-    taps = w.reshape(w.shape[0], *kernel)  # (C, *kernel): one input channel per group
-    out = [(xp.shape[a] - d * (k - 1) - 1) // s + 1
-           for a, k, s, d in zip(space, kernel, stride, dilate)]
-    per_channel = [1] * x.ndim
-    per_channel[channel] = -1
-    y = None
-    for offset in itertools.product(*(range(k) for k in kernel)):
-        start, limit, strides = [0] * x.ndim, list(xp.shape), [1] * x.ndim
-        for a, o, s, d, m in zip(space, offset, stride, dilate, out):
-            start[a], limit[a], strides[a] = o * d, o * d + (m - 1) * s + 1, s
-        term = lax.slice(xp, start, limit, strides) * \
-            taps[(slice(None),) + offset].reshape(per_channel)
-        y = term if y is None else y + term
-    return y
-
-
 def _conv_lower(p, ctx, x, w, b=None):
-    # the backward (_conv_backward) stays the grouped convolution's: its
-    # gradients as taps held more (the padded slices' gradients) and ran no faster
-    if ctx.backend == "cpu" and _depthwise(p, x):
-        return _add_bias(_depthwise_taps(p, x, w), b, p)
     return _add_bias(_conv_nobias(p, x, w), b, p)
 
 

@@ -673,11 +673,11 @@ register(OpDef(name="ones_like", lower=lambda p, ctx, x: jnp.ones_like(x),
 # constants: _zeros, _ones, _full, _arange (ops without inputs)
 # --------------------------------------------------------------------------
 def _dtype_of(choices):
+    """A dtype attribute (MXNet's names and NumPy's) limited to ``choices``."""
+    pick = choice_attr(*choices)
+
     def parse(v):
-        t = dtype_attr(v)
-        if t not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {short_repr(v)}")
-        return t
+        return pick(dtype_attr(v))
     parse.choices = choices
     return parse
 

@@ -81,41 +81,7 @@ ref("LinearRegressionOutput")(lambda p, x, label: x)
 LOSS_GRAD = {}
 
 
-def _smoothed(p, onehot, k):
-    a = p.smooth_alpha
-    return onehot * (1 - a) + (1 - onehot) * a / (k - 1) if a else onehot
-
-
-def _softmax_output_grad(p, y, x, label):
-    if p.multi_output:
-        k = y.shape[1]
-        onehot = np.moveaxis(np.eye(k)[label.astype(int)], -1, 1)
-        valid = (label != p.ignore_label) if p.use_ignore else np.ones(label.shape, bool)
-        g = (y - _smoothed(p, onehot, k)) * np.expand_dims(valid, 1)
-        if p.normalization == "batch":
-            g = g / y.shape[0]
-        elif p.normalization == "valid":
-            g = g / max(valid.sum(), 1)
-        return g * p.grad_scale
-    # MXNet's SoftmaxGrad, row by row: row i takes the i-th label of the
-    # flattened label; 'batch' and 'valid' count the whole label
-    rows, k = _softmax_output_matrix(p, y.shape)
-    flat = label.reshape(-1)
-    out = y.reshape(rows, k)
-    g = np.zeros_like(out)
-    for i in range(rows):
-        c = int(flat[i])
-        if p.use_ignore and c == int(p.ignore_label):
-            continue
-        g[i] = out[i] - _smoothed(p, np.eye(k)[c], k)
-    if p.normalization == "batch":
-        g = g / flat.size
-    elif p.normalization == "valid":
-        g = g / max(int(np.sum(flat.astype(int) != int(p.ignore_label))), 1)
-    return (g * p.grad_scale).reshape(y.shape)
-
-
-LOSS_GRAD["SoftmaxOutput"] = _softmax_output_grad
+# SoftmaxOutput's gradient reference is MXNet's kernel, in op_reference_loss.py
 LOSS_GRAD["LinearRegressionOutput"] = lambda p, y, x, label: (
     (y - label.reshape(y.shape)) * p.grad_scale / (y.size // y.shape[0]))
 
@@ -130,3 +96,8 @@ REFERENCE.update(REFERENCE_GLUE)
 from op_reference_normalize import REFERENCE_NORMALIZE  # noqa: E402
 REFERENCE.update(REFERENCE_NORMALIZE)
 LOSS_GRAD.update(LOSS_GRAD_NN)
+from op_reference_loss import LOSS_GRAD_LOSS, REFERENCE_LOSS  # noqa: E402
+REFERENCE.update(REFERENCE_LOSS)
+LOSS_GRAD.update(LOSS_GRAD_LOSS)
+from op_reference_math import REFERENCE_MATH  # noqa: E402
+REFERENCE.update(REFERENCE_MATH)

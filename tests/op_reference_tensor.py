@@ -221,5 +221,15 @@ def _softmax(x, axis, t):
     return np.exp(z) / np.exp(z).sum(axis=axis, keepdims=True)
 
 
-ref("softmax")(lambda p, x: _softmax(x, p.axis, p.temperature))
-ref("log_softmax")(lambda p, x: np.log(_softmax(x, p.axis, p.temperature)))
+def _softmax_ref(log):
+    def reference(p, x, length=None):
+        if length is not None:  # use_length: MXNet's masked rows
+            from op_reference_math import masked_softmax
+            return masked_softmax(p, x, length, log)
+        y = _softmax(x.astype(p.get("dtype") or x.dtype), p.axis, p.temperature)
+        return np.log(y) if log else y
+    return reference
+
+
+ref("softmax")(_softmax_ref(False))
+ref("log_softmax")(_softmax_ref(True))

@@ -2,6 +2,8 @@
 from . import elementwise, tensor, dot, reduce, nn, loss  # noqa: F401  (registration)
 from . import glue  # noqa: F401  (registration)
 from . import normalize  # noqa: F401  (registration)
+from . import losses  # noqa: F401  (registration)
+from . import mathops, indexing, ordering, sequence, sampling  # noqa: F401  (registration)
 from .registry import OpDef, Sample, all_opdefs, get_op, list_ops, register
 
 __all__ = ["OpDef", "Sample", "all_opdefs", "get_op", "list_ops", "register"]

@@ -43,7 +43,7 @@ def register_backward(fwd: OpDef, *, reads_inputs=None, reads_outputs=(),
                       infer_type: Callable | None = None,
                       inplace: Callable | Sequence = (),
                       category: str | None = None, flops: Callable | None = None,
-                      inputs_for_shape_only: bool | Sequence[int] = False) -> OpDef:
+                      inputs_for_shape_only: bool | Sequence[int] | Callable = False) -> OpDef:
     """Registers ``_backward_<fwd>`` and sets ``fwd.gradient`` to build it.
 
     The backward node's inputs are, in order, the gradients of forward
@@ -60,7 +60,9 @@ def register_backward(fwd: OpDef, *, reads_inputs=None, reads_outputs=(),
     ``inputs_for_shape_only`` says the forward inputs it reads are read only
     for their shapes/dtypes (so they need not stay alive for it): True for
     all of them, or the forward input indices that are (``take`` reads its
-    indices' values but only its data's shape).
+    indices' values but only its data's shape), or a function of the parsed
+    attributes giving either (MakeLoss reads its data's values only for
+    normalization='valid').
     The backward op has ``fwd``'s family and
     ``forward=fwd``; ``flops`` and ``category`` default to the category's
     rule and ``fwd``'s category.
@@ -116,9 +118,11 @@ def register_backward(fwd: OpDef, *, reads_inputs=None, reads_outputs=(),
 
     def shape_inputs(p):
         n_og, read = len(rg(p)), ri(p)
-        if inputs_for_shape_only is True:
+        only = inputs_for_shape_only(p) if callable(inputs_for_shape_only) else \
+            inputs_for_shape_only
+        if only is True:
             return list(range(n_og, n_og + len(read)))
-        return [n_og + k for k, i in enumerate(read) if i in set(inputs_for_shape_only or ())]
+        return [n_og + k for k, i in enumerate(read) if i in set(only or ())]
 
     attrs = dict(fwd.attrs)
     attrs["need"] = Attr(shape_attr, (), "0/1 mask: which argument gradients to compute")

@@ -20,10 +20,16 @@ def _softmax_output_shape(p, s):
     if data is None:
         return s, [None]
     if p.multi_output:
+        if len(data) < 2:
+            raise ShapeError(f"multi_output needs data of rank >= 2 (batch, classes, "
+                             f"positions...), got {tuple(data)}")
         want = (data[0],) + tuple(data[2:])
+        # MXNet also takes the positions flattened, (n, d2*d3...), and (n, 1, d2, ...)
+        fits = (want, (data[0], numel(data[2:])), (data[0], 1) + tuple(data[2:]))
     else:
         want = tuple(data[:-1])
-    if label is not None and tuple(label) != want and tuple(label) != tuple(data):
+        fits = (want,)
+    if label is not None and tuple(label) not in fits and tuple(label) != tuple(data):
         raise ShapeError(f"label shape {tuple(label)} does not fit data {tuple(data)}; "
                          f"expected {want}")
     return [data, label if label is not None else want], [data]
@@ -87,42 +93,56 @@ def _softmax_output_backward_flops(p, in_shapes, out_shapes):
     return 3 * numel(out_shapes[0])  # subtract the target, mask, scale
 
 
-# y = softmax(x); dx = (y - onehot(label)) * grad_scale / norm; no label gradient.
+# y = softmax(x); dx = (y - onehot(label)) * grad_scale / norm; no label
+# gradient. MXNet's kernel (softmax_output-inl.h), case by case:
+# - labels of the output's shape (probabilities): (y - label) * grad_scale,
+#   never normalized, nothing ignored;
+# - multi_output: one softmax over axis 1 at each of the P positions
+#   (P = the product of axes 2...), labels viewed as (n, P); with use_ignore
+#   the positions labelled ignore_label get 0; no label smoothing (the
+#   multi_output kernel has none); scaled by grad_scale / P ('null'),
+#   grad_scale / (P n) ('batch') or grad_scale / valid ('valid': the count
+#   of labels whose integer is not ignore_label's, with or without
+#   use_ignore, at least 1);
+# - otherwise rows of the (rows, classes) matrix take the labels in order
+#   from the flattened label; 'batch' divides by the label's size, 'valid'
+#   by its count of labels other than ignore_label (at least 1).
 # ``total`` turns this device's 'valid' count into the count to divide by:
 # itself on one device, its sum over the devices in data parallel (below)
 def _softmax_output_backward(p, ctx, y, label, total=lambda count: count):
     if label.shape == y.shape:  # dense (probability) labels
-        target = label.astype(y.dtype)
-        axis = 1 if p.multi_output else -1
-        valid = jnp.ones(y.shape[:axis] + y.shape[axis + 1:] if axis != -1 else y.shape[:-1],
-                         y.dtype)
-        grad = (y - target) * jnp.expand_dims(valid, axis)
-    elif p.multi_output:
-        target = _target(p, label, y.shape[1], y.dtype, 1)
-        valid = (label != p.ignore_label).astype(y.dtype) if p.use_ignore else \
-            jnp.ones(label.shape, y.dtype)
-        grad = (y - target) * jnp.expand_dims(valid, 1)
-    else:
-        # MXNet's kernel: rows of the (rows, classes) matrix take the labels
-        # in order from the flattened label; the normalizations count the
-        # whole label (for 2-D data the two are the same)
-        rows, k = _matrix(p, y.shape)
-        flat = label.reshape(-1)
-        lab = flat[:rows]
-        keep = (lab.astype(jnp.int32) != int(p.ignore_label)).astype(y.dtype) \
-            if p.use_ignore else jnp.ones((rows,), y.dtype)
-        grad = (y.reshape(rows, k) - _target(p, lab, k, y.dtype, -1)) * keep[:, None]
-        grad = grad.reshape(y.shape)
-        if p.normalization == "batch":
-            return grad * (p.grad_scale / flat.size)
+        return (y - label.astype(y.dtype)) * jnp.asarray(p.grad_scale, y.dtype)
+    ignore = int(p.ignore_label)
+    if p.multi_output:
+        n, k = y.shape[0], y.shape[1]
+        positions = numel(y.shape[2:])
+        lab = label.reshape(n, positions).astype(jnp.int32)
+        grad = y.reshape(n, k, positions) - jax.nn.one_hot(lab, k, dtype=y.dtype, axis=1)
+        if p.use_ignore:
+            grad = grad * (lab != ignore).astype(y.dtype)[:, None, :]
         if p.normalization == "valid":
-            n_valid = total((flat.astype(jnp.int32) != int(p.ignore_label)).sum())
-            return grad * (p.grad_scale / jnp.maximum(n_valid, 1).astype(y.dtype))
-        return grad * p.grad_scale
+            n_valid = total((lab != ignore).sum())
+            scale = p.grad_scale / jnp.maximum(n_valid, 1).astype(y.dtype)
+        elif p.normalization == "batch":
+            scale = jnp.asarray(p.grad_scale / positions / n, y.dtype)
+        else:
+            scale = jnp.asarray(p.grad_scale / positions, y.dtype)
+        return (grad * scale).reshape(y.shape)
+    # rows of the (rows, classes) matrix take the labels in order from the
+    # flattened label; the normalizations count the whole label (for 2-D
+    # data the two are the same)
+    rows, k = _matrix(p, y.shape)
+    flat = label.reshape(-1)
+    lab = flat[:rows]
+    keep = (lab.astype(jnp.int32) != ignore).astype(y.dtype) \
+        if p.use_ignore else jnp.ones((rows,), y.dtype)
+    grad = (y.reshape(rows, k) - _target(p, lab, k, y.dtype, -1)) * keep[:, None]
+    grad = grad.reshape(y.shape)
     if p.normalization == "batch":
-        grad = grad / y.shape[0]
-    elif p.normalization == "valid":
-        grad = grad / jnp.maximum(total(valid.sum()), 1.0)
+        return grad * (p.grad_scale / flat.size)
+    if p.normalization == "valid":
+        n_valid = total((flat.astype(jnp.int32) != ignore).sum())
+        return grad * (p.grad_scale / jnp.maximum(n_valid, 1).astype(y.dtype))
     return grad * p.grad_scale
 
 
@@ -134,11 +154,20 @@ _softmax_output = register(OpDef(
     doc="Softmax with a cross-entropy gradient from label, as MXNet's: over all non-batch "
         "elements (data flattened to (n, rest)), over axis 1 with multi_output, over the "
         "last axis with preserve_shape. Labels are class indices (or probabilities of "
-        "data's shape); smooth_alpha smooths them. A loss head: it takes no head "
-        "gradient, so out_grad=True is refused.",
+        "data's shape); smooth_alpha smooths them. The gradient is MXNet 1.9.1's: "
+        "with multi_output it is divided by the positions (the product of axes 2...) "
+        "unless normalization='valid', and smooth_alpha is not applied; probability "
+        "labels are never normalized. A loss head: it takes no head gradient, so "
+        "out_grad=True is refused.",
     samples=[Sample({}, [(4, 5), (4,)], ints={1: 5}),
              Sample({"grad_scale": 0.5, "normalization": "batch"}, [(4, 5), (4,)], ints={1: 5}),
              Sample({"multi_output": True}, [(2, 3, 4), (2, 4)], ints={1: 3}),
+             Sample({"multi_output": True, "normalization": "batch", "grad_scale": 2.0},
+                    [(2, 4, 3, 5), (2, 3, 5)], ints={1: 4}),
+             Sample({"multi_output": True, "normalization": "valid", "use_ignore": True,
+                     "ignore_label": 2}, [(3, 4, 6), (3, 6)], ints={1: 4}),
+             Sample({"multi_output": True, "use_ignore": True, "ignore_label": 0},
+                    [(2, 3, 2, 2), (2, 4)], ints={1: 3}),
              Sample({"use_ignore": True, "ignore_label": 1, "normalization": "valid"},
                     [(6, 3), (6,)], ints={1: 3}),
              Sample({"smooth_alpha": 0.2}, [(4, 5), (4,)], ints={1: 5}),

@@ -248,6 +248,8 @@ def plain_jax_step(net, shapes: dict, lr: float = 0.01, train: bool = True,
     heads, losses = [], []
     for e in g.outputs:  # a loss head's loss is computed from its data input
         if e.node.op is not None and e.node.op.is_loss:
+            if e.node.op.name not in ("SoftmaxOutput", "LinearRegressionOutput"):
+                raise XlaError(f"plain_jax_step: no loss for the head op {e.node.op.name}")
             heads.append(e.node.inputs[0])
             losses.append((e.node.op.name, e.node.params, e.node.inputs[1]))
         else:
@@ -275,7 +277,9 @@ def plain_jax_step(net, shapes: dict, lr: float = 0.01, train: bool = True,
                 k = y.shape[1 if prm.multi_output else -1]
                 onehot = jax.nn.one_hot(lab.astype(jnp.int32), k, dtype=y.dtype,
                                         axis=1 if prm.multi_output else -1)
-                loss = loss - prm.grad_scale * jnp.sum(onehot * logp)
+                # MXNet's multi_output gradient is divided by the positions
+                per = max(1, y.size // (y.shape[0] * k)) if prm.multi_output else 1
+                loss = loss - prm.grad_scale / per * jnp.sum(onehot * logp)
                 preds.append(jnp.exp(logp))
             elif op == "LinearRegressionOutput":
                 per = max(1, y.size // y.shape[0])

@@ -233,3 +233,23 @@ def test_bad_measures(capsys, net_file):
                    match="unknown memory measure(s) 'donate'")
     one_line_error(capsys, net_file, "--shape", "data=8,784", "--breakdown", "--no-xla",
                    match="drop --no-xla")
+
+
+def test_plan_budget_no_program_holds_exits_2_unless_allowed(capsys, net_file):
+    """A budget just above the arguments every program holds: no plan fits,
+    the programs XLA compiles (the step without recompute, the smallest
+    plan's) hold more, so plan --budget exits 2 with one line naming the
+    smallest footprint; --allow-over-budget reports that program instead."""
+    from symgraph.memory.budget import held_by_every_program
+    p = sg.plan(sg.models.get_model("mlp"), {"data": (8, 784)}, train=True)
+    budget = str(held_by_every_program(p) + 1)
+    argv = (net_file, "--shape", "data=8,784", "--train", "--budget", budget)
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "no program holds it" in err and "--allow-over-budget" in err
+    code, out, err = run(capsys, *argv, "--allow-over-budget", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["xla"]["budget_holds"] is False
+    held = doc["xla"]["argument"] + doc["xla"]["output"] - doc["xla"]["alias"] + \
+        doc["xla"]["temp"]
+    assert held > int(budget)

@@ -173,25 +173,24 @@ def run(args) -> int:
     if args.split is not None:
         return _run_split(net, shapes, args)
     from .pipeline import plan
-    p = plan(net, shapes, train=args.train, strategy=args.strategy,
-             outputs=args.head, fuse=not args.no_fuse, schedule=args.schedule,
-             match_range=args.match_range, execute=args.execute,
-             name=os.path.splitext(os.path.basename(args.net))[0],
-             budget=budget, optimizer=args.optimizer, recompute=args.recompute,
-             group2ctx=group2ctx, layout=args.layout)
+    options = dict(strategy=args.strategy, outputs=args.head, fuse=not args.no_fuse,
+                   schedule=args.schedule, match_range=args.match_range, execute=args.execute,
+                   name=os.path.splitext(os.path.basename(args.net))[0],
+                   optimizer=args.optimizer, recompute=args.recompute, layout=args.layout)
     if not args.no_xla and budget is not None and measures == "auto":
         from .. import xla
         from ..util import busy
-        # the program a Module under the budget runs: planned again to XLA's excess
+        # the program a Module under the budget runs: planned again to XLA's
+        # excess; where no plan fits, the step without recompute is compiled
         with busy(f"XLA is fitting the budgeted training step to {target.device}"):
-            p, p.xla, holds = xla.fit_budget(
-                net, shapes, budget, target, optimizer=args.optimizer,
-                recompute=args.recompute, compute_dtype=args.compute_dtype,
-                allow_over_budget=args.allow_over_budget, outputs=args.head, fuse=not args.no_fuse, schedule=args.schedule,
-                match_range=args.match_range, strategy=args.strategy, layout=args.layout,
-                name=os.path.splitext(os.path.basename(args.net))[0])
-        p.xla["budget_holds"] = holds
-    elif not args.no_xla:
+            p, figures, holds = xla.fit_budget(
+                net, shapes, budget, target, compute_dtype=args.compute_dtype,
+                allow_over_budget=args.allow_over_budget, opt_in="--allow-over-budget",
+                **options)
+        p.xla = {**figures, "budget_holds": holds}
+    else:
+        p = plan(net, shapes, train=args.train, budget=budget, group2ctx=group2ctx, **options)
+    if not args.no_xla and p.xla is None:
         from .. import xla
         from ..util import busy
         what = "training step" if args.train else "inference program"

@@ -117,15 +117,17 @@ def best_step(make, candidates) -> tuple:
 
 
 def fit_budget(net, shapes: dict, budget, target=None, optimizer=None, recompute="auto",
-               compute_dtype="float32", allow_over_budget=False, **plan_kwargs):
+               compute_dtype="float32", allow_over_budget=False,
+               opt_in="allow_over_budget=True", **plan_kwargs):
     """``(plan, figures, fits)``: the training plan whose *program*, compiled
     for ``target``, fits ``budget`` -- what a Module under
     ``memory_budget=budget`` runs (``memory.budget.fit_program``: the plan
     to the budget, the step without recompute where it holds less, then
     plans again to the excess XLA's figure shows). ``figures`` are
     ``plan_memory``'s for the plan chosen. Where no program compiled holds
-    the budget, BudgetError naming the smallest, unless
-    ``allow_over_budget``: then the smallest is returned, ``fits`` False."""
+    the budget, BudgetError naming the smallest and how to allow it
+    (``opt_in``), unless ``allow_over_budget``: then the smallest is
+    returned, ``fits`` False."""
     from ..memory.budget import first_plan, fit_program, over_budget, parse_budget
     from ..memory.pipeline import plan
     t = targets.get(target)
@@ -146,7 +148,7 @@ def fit_budget(net, shapes: dict, budget, target=None, optimizer=None, recompute
     first = first_plan(budget, plan_for, keep_recompute=keep)
     fit = fit_program(first, budget, plan_for, footprint_of, keep_recompute=keep)
     if not fit.fits and not allow_over_budget:
-        raise over_budget(fit, budget, "allow_over_budget=True")
+        raise over_budget(fit, budget, opt_in)
     return fit.plan, figures[id(fit.plan)], fit.fits
 
 

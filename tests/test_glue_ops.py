@@ -293,6 +293,17 @@ def test_maximum_minimum_gradients_at_ties_as_mxnet():
     np.testing.assert_array_equal(db, [[0, 0, 30]])
 
 
+def test_maximum_minimum_scalar_gradients_at_ties_as_mxnet():
+    """MXNet's _maximum_scalar / _minimum_scalar backward: dy where x >= s
+    (x <= s): a tie's gradient goes to x."""
+    x = np.array([[0.5, 1.0, 2.0]])
+    dy = np.array([[10.0, 20.0, 30.0]])
+    (dx,) = gradients("_maximum_scalar", {"scalar": 1.0}, [x], dy, [0])
+    np.testing.assert_array_equal(dx, [[0, 20, 30]])
+    (dx,) = gradients("_minimum_scalar", {"scalar": 1.0}, [x], dy, [0])
+    np.testing.assert_array_equal(dx, [[10, 20, 0]])
+
+
 def test_rpower_scalar_gradient():
     x = np.array([[-1.0, 0.0, 0.5, 2.0]])
     dy = np.array([[1.0, 2.0, 3.0, 4.0]])

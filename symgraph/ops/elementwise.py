@@ -229,10 +229,10 @@ _scalar("_rpower_scalar", lambda x, s: s ** x, reads="output",
         dfn=lambda dy, y, s: dy * y * jnp.log(s),
         samples=[Sample({"scalar": 2.5}, [(3, 4)])], aliases=("_RPowerScalar",))
 _scalar("_maximum_scalar", lambda x, s: jnp.maximum(x, s), reads="input",
-        dfn=lambda dy, x, s: jnp.where(x > s, dy, 0),
+        dfn=lambda dy, x, s: jnp.where(x >= s, dy, 0),  # ties: to x, as MXNet
         samples=[Sample({"scalar": 0.1}, [(3, 4)])])
 _scalar("_minimum_scalar", lambda x, s: jnp.minimum(x, s), reads="input",
-        dfn=lambda dy, x, s: jnp.where(x < s, dy, 0),
+        dfn=lambda dy, x, s: jnp.where(x <= s, dy, 0),
         samples=[Sample({"scalar": 0.1}, [(3, 4)])])
 
 

@@ -73,6 +73,12 @@ def batch_dot(p, a, b):
     return np.einsum("...mk,...kn->...mn", a, b)
 
 
+@ref("_linalg_gemm2")
+def linalg_gemm2(p, a, b):
+    """MXNet's linalg.gemm2: alpha * op(A) op(B), matrices on the last two axes."""
+    return p.get("alpha", 1.0) * batch_dot(p, a, b)
+
+
 # --------------------------------------------------------------------------
 # Reshape: MXNet's special codes, read left to right over a queue of input dims
 # --------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import jax
 from ..errors import ShapeError
 from ..util import short_repr
 from .backward import register_backward
-from .registry import Attr, OpDef, Sample, bool_attr, numel, register
+from .registry import Attr, OpDef, Sample, bool_attr, float_attr, numel, register
 
 
 def _forward_stype(v):
@@ -175,21 +175,22 @@ register_backward(_dot, reads_inputs=(0, 1), lower=_dot_backward,
 # --------------------------------------------------------------------------
 # batch_dot
 # --------------------------------------------------------------------------
-def _batch_dot_geometry(p, lhs, rhs):
-    """(output shape, contracted size) by MXNet's BatchDotShape; ShapeError
-    naming both shapes if they do not fit."""
+def _batch_dot_geometry(p, lhs, rhs, op="batch_dot", min_rank=3):
+    """(output shape, contracted size) by MXNet's BatchDotShape (``op``'s
+    inputs: rank ``min_rank`` or more); ShapeError naming both shapes if
+    they do not fit."""
     lhs, rhs = tuple(lhs), tuple(rhs)
     ta, tb = p.transpose_a, p.transpose_b
-    if len(lhs) < 3 or len(lhs) != len(rhs):
-        raise ShapeError(f"batch_dot takes two inputs of one rank >= 3 (batch..., rows, "
+    if len(lhs) < min_rank or len(lhs) != len(rhs):
+        raise ShapeError(f"{op} takes two inputs of one rank >= {min_rank} (batch..., rows, "
                          f"columns), got lhs {lhs}, rhs {rhs}")
     if lhs[:-2] != rhs[:-2]:
-        raise ShapeError(f"batch_dot shape error: the batch dimensions of lhs {lhs} and "
+        raise ShapeError(f"{op} shape error: the batch dimensions of lhs {lhs} and "
                          f"rhs {rhs} differ ({lhs[:-2]} vs {rhs[:-2]})")
     m, lk = (lhs[-1], lhs[-2]) if ta else (lhs[-2], lhs[-1])
     n, rk = (rhs[-2], rhs[-1]) if tb else (rhs[-1], rhs[-2])
     if lk != rk:
-        raise ShapeError(f"batch_dot shape error: lhs {lhs} x rhs {rhs} (transpose_a={ta}, "
+        raise ShapeError(f"{op} shape error: lhs {lhs} x rhs {rhs} (transpose_a={ta}, "
                          f"transpose_b={tb}): lhs's inner dimension {lk} must equal rhs's "
                          f"{rk}")
     return lhs[:-2] + (m, n), lk
@@ -233,3 +234,54 @@ _batch_dot = register(OpDef(
 
 register_backward(_batch_dot, reads_inputs=(0, 1), lower=_batch_dot_backward,
                   flops=_backward_flops(lambda p, a, b: _batch_dot_geometry(p, a, b)[1]))
+
+
+# --------------------------------------------------------------------------
+# _linalg_gemm2: alpha * op(A) @ op(B) over the last two axes (MXNet's
+# la_op.h, the matrix rows on axis -2)
+# --------------------------------------------------------------------------
+def _row_axis(v):
+    """MXNet's ``axis``: where the matrices' rows lie; only -2 (the last two
+    axes hold the matrices) is taken."""
+    a = int(v)
+    if a != -2:
+        raise ValueError(f"only axis=-2 (matrices on the last two axes) is supported, got {a}; "
+                         f"transpose the inputs to put the matrices last")
+    return a
+
+
+def _gemm2_geometry(p, a, b):
+    return _batch_dot_geometry(p, a, b, op="_linalg_gemm2", min_rank=2)
+
+
+def _gemm2_shape(p, s):
+    a, b = s
+    if a is None or b is None:
+        return s, [None]
+    return s, [_gemm2_geometry(p, a, b)[0]]
+
+
+def _gemm2_backward(p, ctx, og, ins, outs):  # reads dc, A and B
+    a, b = ins
+    return [None if g is None else p.alpha * g
+            for g in _grads(p, og[0], a, b, a.ndim - 2)]
+
+
+_gemm2 = register(OpDef(
+    name="_linalg_gemm2", aliases=("linalg_gemm2",),
+    attrs={"transpose_a": DOT_ATTRS["transpose_a"], "transpose_b": DOT_ATTRS["transpose_b"],
+           "alpha": Attr(float_attr, 1.0, "the product's scale"),
+           "axis": Attr(_row_axis, -2, "the axis of the matrices' rows: -2 only")},
+    arguments=("A", "B"), infer_shape=_gemm2_shape,
+    lower=lambda p, ctx, a, b: p.alpha * _matmul(a, b, p.transpose_a, p.transpose_b,
+                                                 a.ndim - 2),
+    flops=lambda p, ins, outs: 2 * numel(outs[0]) * _gemm2_geometry(p, ins[0], ins[1])[1],
+    category="opaque", family="matmul",
+    samples=[Sample({}, [(3, 4), (4, 5)]),
+             Sample({"transpose_a": True, "alpha": 0.5}, [(2, 4, 3), (2, 4, 5)]),
+             Sample({"transpose_b": True, "alpha": -2.0}, [(2, 3, 4), (2, 5, 4)])],
+    doc="alpha * op(A) @ op(B) over the last two axes (leading axes batched, equal), op "
+        "transposing where transpose_a/transpose_b say (MXNet's linalg.gemm2)."))
+
+register_backward(_gemm2, reads_inputs=(0, 1), lower=_gemm2_backward,
+                  flops=_backward_flops(lambda p, a, b: _gemm2_geometry(p, a, b)[1]))

@@ -33,7 +33,8 @@ def test_parse_budget(text, expected):
 
 
 @pytest.mark.parametrize("bad", ["6 apples", "-1", "abc", "0", "", "1.5.2GiB", "0.1", True,
-                                 False, float("nan"), float("inf"), -5, 0, None, [1], "6 GiB!"])
+                                 False, float("nan"), float("inf"), -5, 0, None, [1], "6 GiB!",
+                                 "1e300TiB", "1e308GiB", 1e308 * 10])
 def test_parse_budget_refuses(bad):
     with pytest.raises(B.BudgetError) as info:
         B.parse_budget(bad)

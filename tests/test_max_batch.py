@@ -229,6 +229,12 @@ def test_xla_above_the_budget_steps_the_batch_down(monkeypatch):
         max_batch(net, SHAPE, budget, recompute=False, progress=False)
 
 
+@pytest.mark.parametrize("axis", ["0", 0.0, True, None])
+def test_a_batch_axis_that_is_not_an_int_is_one_line(axis):
+    with pytest.raises(sg.PlanError, match="batch_axis must be an int axis"):
+        max_batch(conv_net(), SHAPE, 10 ** 9, xla=False, progress=False, batch_axis=axis)
+
+
 def test_the_limit_stops_the_search():
     r = max_batch(conv_net(), SHAPE, 10 ** 12, recompute=False, xla=False, progress=False,
                   limit=16)

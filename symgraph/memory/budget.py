@@ -109,9 +109,10 @@ def parse_budget(value) -> int:
             number, unit = float(value), 1
         except (TypeError, ValueError, OverflowError):
             raise bad() from None
-    if not math.isfinite(number) or number * unit < 1:
-        raise bad(" is not a positive number of bytes")
-    return int(number * unit)
+    total = number * unit  # inf where a finite number times its unit overflows a float
+    if not math.isfinite(total) or total < 1:
+        raise bad(" is not a finite, positive number of bytes")
+    return int(total)
 
 
 # -- optimizer state --------------------------------------------------------------

@@ -200,6 +200,8 @@ def max_batch(net, shapes: dict, budget=None, train: bool = True, optimizer=None
     budget = parse_budget(budget)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise PlanError(f"max_batch: limit must be a positive int, got {limit!r}")
+    if isinstance(batch_axis, bool) or not isinstance(batch_axis, int):
+        raise PlanError(f"max_batch: batch_axis must be an int axis, got {batch_axis!r}")
     _, at = _scale_shapes(shapes, batch_axis)
     if optimizer is not None and not isinstance(optimizer, str):
         raise PlanError(f"max_batch: give the optimizer by name ('sgd', 'momentum', 'adam', "

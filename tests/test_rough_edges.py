@@ -229,3 +229,24 @@ def test_the_wheel_builds_without_setuptools_warnings(tmp_path):
     warned = [ln for ln in (r.stdout + r.stderr).splitlines()
               if "Warning" in ln and "Location 'file:" not in ln]
     assert warned == []
+
+
+def test_hostile_placements_and_unknown_shapes_are_one_line_or_reported():
+    """--group2ctx with a device number that is not an ASCII digit ('²'),
+    or a group named twice, is one PlacementError line; a plan with an
+    input given as unknown (None) reports it as '?' and null, not a
+    TypeError."""
+    import json
+
+    from symgraph.cli import main
+    from symgraph.parallel.placement import PlacementError, parse_group2ctx_arg
+    with pytest.raises(PlacementError, match="is not a device"):
+        parse_group2ctx_arg("stage1=cpu:²")
+    with pytest.raises(PlacementError, match="group 'a' is given twice"):
+        parse_group2ctx_arg("a=cpu:0,a=cpu:1")
+    p = sg.plan(sg.models.get_model("mlp"), {"data": (2, 784), "softmax_label": None})
+    assert p.to_json()["shapes"] == {"data": [2, 784], "softmax_label": None}
+    json.dumps(p.to_json())
+    assert "softmax_label=?" in p.report()
+    assert main(["plan", "no-such.json", "--shape", "data=1,2", "--group2ctx",
+                 "s=cpu:²"]) == 2

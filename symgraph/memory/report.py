@@ -2,7 +2,7 @@
 
 The JSON form is exactly::
 
-    {"net": str, "train": bool, "shapes": {name: [dims]},
+    {"net": str, "train": bool, "shapes": {name: [dims] or null},
      "bytes": {"arguments": int, "gradients": int, "aux": int, "optimizer": int,
                "internal": {"naive": int, "inplace": int, "coshare": int,
                             "both": int, "arena": int, "lower_bound": int}},
@@ -37,7 +37,8 @@ int, "bytes": {the layout above}, "copies": {"in_bytes", "in_count",
 "out_bytes", "out_count"}, "total": int, "verified": true}``
 (memory/devices.py).
 
-``shapes`` are the input shapes the plan was made for (as given), ``xla``
+``shapes`` are the input shapes the plan was made for (as given; null for
+one given as unknown), ``xla``
 the ``memory_analysis()`` of the program a Module runs for the net (null
 when not computed): in training the step ``Module.fit`` compiles on one
 device (``program`` says which optimizer and memory measures), in
@@ -62,7 +63,8 @@ def report_json(plan) -> dict:
     return {
         "net": str(plan.net),
         "train": bool(plan.train),
-        "shapes": {k: [int(d) for d in v] for k, v in plan.shapes.items()},
+        "shapes": {k: None if v is None else [int(d) for d in v]
+                   for k, v in plan.shapes.items()},
         "bytes": {
             "arguments": int(plan.buckets["arguments"]),
             "gradients": int(plan.buckets["gradients"]),
@@ -107,7 +109,8 @@ def report_text(plan) -> str:
     relative to naive), the peak step and the tensors live there."""
     g, live = plan.graph, plan.live
     mode = "training" if plan.train else "inference"
-    shapes = " ".join(f"{k}={','.join(str(d) for d in v)}" for k, v in plan.shapes.items())
+    shapes = " ".join(f"{k}=" + ("?" if v is None else ",".join(str(d) for d in v))
+                      for k, v in plan.shapes.items())
     n_ops = sum(1 for n in g.nodes if n.op is not None)
     fused = plan.fusion
     lines = [f"memory plan: {plan.net} ({mode}){'  ' + shapes if shapes else ''}",

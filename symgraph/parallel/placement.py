@@ -38,7 +38,7 @@ def parse_context(value) -> Context:
         kind, _, num = s.partition(":")
         if not num:
             kind, num = kind.rstrip("0123456789"), kind[len(kind.rstrip("0123456789")):]
-        if kind in ("cpu", "gpu") and num.isdigit():
+        if kind in ("cpu", "gpu") and num.isascii() and num.isdigit():  # not '²
             return Context(kind, int(num))
     raise PlacementError(f"{value!r} is not a device; use sg.cpu(i), sg.gpu(i) or 'cpu:i'")
 
@@ -51,6 +51,8 @@ def parse_group2ctx_arg(text: str) -> dict:
         if not sep or not name.strip():
             raise PlacementError(f"--group2ctx: {part!r} is not GROUP=DEVICE "
                                  f"(e.g. stage1=cpu:1,stage2=cpu:2)")
+        if name.strip() in out:
+            raise PlacementError(f"--group2ctx: group {name.strip()!r} is given twice")
         out[name.strip()] = parse_context(dev)
     if not out:
         raise PlacementError("--group2ctx is empty; give GROUP=DEVICE pairs")

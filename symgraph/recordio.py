@@ -341,11 +341,18 @@ def read_index(path, key_type=int) -> tuple[dict, list]:
                 except (ValueError, IndexError):
                     raise RecordIOError(f"{path}:{lineno}: expected 'key<TAB>offset', got "
                                         f"{line.rstrip()!r}") from None
+                if pos < 0:
+                    raise RecordIOError(f"{path}:{lineno}: offset {pos} is negative")
                 if key not in idx:
                     keys.append(key)
                 idx[key] = pos
     except FileNotFoundError:
         raise RecordIOError(f"cannot read index file {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise RecordIOError(f"{path} is not an index file (not text: expected "
+                            f"'key<TAB>offset' lines)") from None
+    except OSError as err:  # a folder, no permission
+        raise RecordIOError(f"cannot read index file {path}: {err.strerror}") from None
     return idx, keys
 
 

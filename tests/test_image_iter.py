@@ -285,3 +285,31 @@ def test_bench_io_quick_writes_under_the_current_folder(tmp_path, monkeypatch):
     assert all(r["symgraph_1"] > 0 and r["pillow_1_thread"] > 0 for r in res["rows"])
     assert 0 <= res["train"]["wait_share"] < 1 and res["train"]["batches"] == 1
     assert "| full |" in (tmp_path / "bench-results" / "io-quick" / "results.md").read_text()
+
+
+def test_hostile_index_files_are_one_line(tmp_path):
+    """An .idx that is not text, a folder, a negative offset or one past the
+    end of the record file: one RecordIOError/TrainError line each, never
+    a UnicodeDecodeError, IsADirectoryError, struct.error or OverflowError."""
+    import io as _io
+
+    from PIL import Image
+
+    from symgraph.errors import SymgraphError
+    rec, idx = str(tmp_path / "a.rec"), str(tmp_path / "a.idx")
+    png = _io.BytesIO()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(png, format="PNG")
+    w = rio.MXIndexedRecordIO(idx, rec, "w")
+    for i in range(3):
+        w.write_idx(i, rio.pack((0, float(i), i, 0), png.getvalue()))
+    w.close()
+    (tmp_path / "folder.idx").mkdir()
+    cases = {"binary.idx": b"\xff\xfe\x00bad\n", "negative.idx": b"0\t-1000000000\n",
+             "huge.idx": b"0\t" + b"1" * 30 + b"\n"}
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+    for name, words in [("binary.idx", "not an index file"), ("folder.idx", "Is a directory"),
+                        ("negative.idx", "is negative"), ("huge.idx", "past the end")]:
+        with pytest.raises(SymgraphError, match=words) as info:
+            sg.io.ImageRecordIter(rec, (3, 8, 8), 1, path_imgidx=str(tmp_path / name))
+        assert "\n" not in str(info.value)

@@ -133,6 +133,10 @@ class ImageRecordIter(DataIter):
         if path_imgidx is not None:
             idx, keys = recordio.read_index(path_imgidx)
             offsets = sorted(set(idx[k] for k in keys))  # file order, as MXNet reads
+            if offsets and offsets[-1] >= len(self._mm):
+                raise TrainError(f"ImageRecordIter: {path_imgidx} points at byte offset "
+                                 f"{offsets[-1]}, past the end of {self.path_imgrec} "
+                                 f"({len(self._mm)} bytes)")
         else:
             offsets = recordio.scan_offsets(self._mm, self.path_imgrec)
         if not offsets:

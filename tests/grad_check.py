@@ -105,3 +105,28 @@ def symgraph_gradients(opname, attrs, data_shape, dtype="float64", seed=0, is_tr
     outs, _ = jax.jit(lower(gg, is_train))(feeds, jax.random.key(0))
     grads = [np.asarray(o) for o in outs[len(g.outputs):]]
     return node.params, [vals[n] for n in names], heads, grads
+
+
+def finite_differences(f, xs, heads, wrt=None, eps=1e-6):
+    """d sum_k(f(*xs)_k * heads[k]) / d xs[i] for i in ``wrt`` (every input
+    when None), central differences in the inputs' dtype (float64). ``f``
+    returns an array or a tuple of them; ``heads`` is one array (for the
+    first output) or a list (one per output, in order)."""
+    heads = heads if isinstance(heads, list) else [heads]
+
+    def loss(*v):
+        out = f(*v)
+        out = out if isinstance(out, tuple) else (out,)
+        return sum(float(np.sum(o * h)) for o, h in zip(out, heads))
+
+    grads = []
+    for i in range(len(xs)) if wrt is None else wrt:
+        g = np.zeros_like(xs[i])
+        for idx in np.ndindex(xs[i].shape):
+            hi, lo = list(xs), list(xs)
+            hi[i], lo[i] = xs[i].copy(), xs[i].copy()
+            hi[i][idx] += eps
+            lo[i][idx] -= eps
+            g[idx] = (loss(*hi) - loss(*lo)) / (2 * eps)
+        grads.append(g)
+    return grads

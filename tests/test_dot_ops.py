@@ -16,7 +16,7 @@ from symgraph.ops import get_op
 from symgraph.passes.gradient import build_gradient
 from symgraph.passes.infer import infer_shapes
 
-from grad_check import symgraph_gradients
+from grad_check import finite_differences, symgraph_gradients
 from op_reference_tensor import REFERENCE_TENSOR
 
 TRANSPOSES = [(False, False), (True, False), (False, True), (True, True)]
@@ -140,24 +140,9 @@ def _numpy_grads(ta, tb, a, b, dc):
     return _op(dopa, ta), _op(dopb, tb)
 
 
-def _finite_differences(f, xs, head, eps=1e-6):
-    """d sum(f(*xs) * head) / d xs[i], central differences."""
-    out = []
-    for i, x in enumerate(xs):
-        g = np.zeros_like(x)
-        for idx in np.ndindex(x.shape):
-            hi = [v.copy() for v in xs]
-            lo = [v.copy() for v in xs]
-            hi[i][idx] += eps
-            lo[i][idx] -= eps
-            g[idx] = (np.sum(f(*hi) * head) - np.sum(f(*lo) * head)) / (2 * eps)
-        out.append(g)
-    return out
-
-
 @pytest.mark.parametrize("opname", ["dot", "batch_dot"])
 @pytest.mark.parametrize("ta,tb", TRANSPOSES, ids=T_IDS)
-def test_gradients_match_numpy_and_finite_differences(opname, ta, tb):
+def test_gradients_match_numpy_andfinite_differences(opname, ta, tb):
     batch = (2,) if opname == "batch_dot" else ()
     sa, sb = _shapes(ta, tb, 3, 4, 2, batch)
     attrs = _attrs(ta, tb)
@@ -170,7 +155,7 @@ def test_gradients_match_numpy_and_finite_differences(opname, ta, tb):
 
     def f(x, y):
         return REFERENCE_TENSOR[opname](attrs, x, y)
-    num_a, num_b = _finite_differences(f, [a, b], head)
+    num_a, num_b = finite_differences(f, [a, b], head)
     np.testing.assert_allclose(da, num_a, rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(db, num_b, rtol=1e-7, atol=1e-9)
 
@@ -183,7 +168,7 @@ def test_dot_gradients_of_vectors_and_higher_ranks(attrs, sa, sb):
     p, (a, b), (head,), (da, db) = symgraph_gradients("dot", attrs, {"lhs": sa, "rhs": sb},
                                                       seed=3)
     assert da.shape == sa and db.shape == sb
-    num_a, num_b = _finite_differences(lambda x, y: REFERENCE_TENSOR["dot"](attrs, x, y),
+    num_a, num_b = finite_differences(lambda x, y: REFERENCE_TENSOR["dot"](attrs, x, y),
                                        [a, b], head)
     np.testing.assert_allclose(da, num_a, rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(db, num_b, rtol=1e-7, atol=1e-9)
@@ -396,7 +381,7 @@ def test_attention_gradient_program_is_jit_compatible():
 
 
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
-def test_linalg_gemm2_against_numpy_and_finite_differences(ta, tb):
+def test_linalg_gemm2_against_numpy_andfinite_differences(ta, tb):
     """alpha * op(A) @ op(B) over the last two axes, 2-D and batched, in
     float64; its gradients (alpha times batch_dot's) against central
     differences."""
@@ -420,7 +405,7 @@ def test_linalg_gemm2_against_numpy_and_finite_differences(ta, tb):
         def f(a_, b_):
             return -1.5 * np.einsum("...mk,...kn->...mn", np.swapaxes(a_, -1, -2) if ta else a_,
                                     np.swapaxes(b_, -1, -2) if tb else b_)
-        da, db = _finite_differences(f, [a, b], head)
+        da, db = finite_differences(f, [a, b], head)
         np.testing.assert_allclose(ex.grad_dict["A"].asnumpy(), da, rtol=1e-6, atol=1e-8)
         np.testing.assert_allclose(ex.grad_dict["B"].asnumpy(), db, rtol=1e-6, atol=1e-8)
 

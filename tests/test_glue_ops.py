@@ -18,6 +18,7 @@ from symgraph.ops import get_op
 from symgraph.passes.gradient import build_gradient
 from symgraph.passes.infer import infer_shapes
 
+from grad_check import finite_differences
 from op_reference_glue import REFERENCE_GLUE, take_indices
 
 
@@ -49,21 +50,6 @@ def gradients(opname, attrs, xs, head, wrt):
     feeds = {**dict(zip(names, xs)), "op_output_head_grad": head}
     outs, _ = jax.jit(lower(gg, is_train=True))(feeds)
     return [np.asarray(o) for o in outs[1:]]
-
-
-def finite_differences(f, xs, head, wrt, eps=1e-6):
-    """d sum(f(*xs) * head) / d xs[i] for i in wrt, central differences."""
-    out = []
-    for i in wrt:
-        g = np.zeros_like(xs[i])
-        for idx in np.ndindex(xs[i].shape):
-            hi, lo = list(xs), list(xs)
-            hi[i], lo[i] = xs[i].copy(), xs[i].copy()
-            hi[i][idx] += eps
-            lo[i][idx] -= eps
-            g[idx] = (np.sum(f(*hi) * head) - np.sum(f(*lo) * head)) / (2 * eps)
-        out.append(g)
-    return out
 
 
 RNG = np.random.default_rng(0)

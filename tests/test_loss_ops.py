@@ -21,7 +21,7 @@ from symgraph.ops import get_op
 from symgraph.passes.gradient import build_gradient
 from symgraph.passes.infer import infer_shapes
 
-from grad_check import op_graph
+from grad_check import finite_differences, op_graph
 from op_reference_loss import (GRAD_REFERENCE_LOSS, LOSS_GRAD_LOSS, REFERENCE_LOSS,
                                ctc_brute_force, ctc_cost_and_grad, softmax_output_grad)
 
@@ -261,16 +261,6 @@ def test_loss_heads_take_no_head_gradient():
 # --------------------------------------------------------------------------
 # SoftmaxActivation and smooth_l1: forward, gradient, finite differences
 # --------------------------------------------------------------------------
-def _finite_differences(f, x, head, eps=1e-6):
-    g = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        hi, lo = x.copy(), x.copy()
-        hi[idx] += eps
-        lo[idx] -= eps
-        g[idx] = (np.sum(f(hi) * head) - np.sum(f(lo) * head)) / (2 * eps)
-    return g
-
-
 DIFF_CASES = [
     ("SoftmaxActivation", {}, (3, 5)),
     ("SoftmaxActivation", {}, (2, 3, 4)),  # instance: the last axis
@@ -294,7 +284,7 @@ def test_differentiable_ops_match_numpy_and_finite_differences(opname, attrs, sh
     (_,), (dx,) = gradients(opname, attrs, x, heads=[head])
     np.testing.assert_allclose(dx, GRAD_REFERENCE_LOSS[opname](p, [x], [head])[0],
                                rtol=1e-12, atol=1e-14)
-    num = _finite_differences(lambda v: REFERENCE_LOSS[opname](p, v), x, head)
+    num = finite_differences(lambda v: REFERENCE_LOSS[opname](p, v), [x], head)[0]
     np.testing.assert_allclose(dx, num, rtol=1e-6, atol=1e-8)
 
 
@@ -395,7 +385,7 @@ def test_ctc_cost_and_gradient_match_numpy_and_finite_differences(attrs, dshape,
     np.testing.assert_allclose(
         GRAD_REFERENCE_LOSS["CTCLoss"](p, [x, label, *extra], [head])[0], dx,
         rtol=1e-10, atol=1e-12)
-    num = _finite_differences(lambda v: ctc_cost_and_grad(p, v, label, *extra)[0], x, head)
+    num = finite_differences(lambda v: ctc_cost_and_grad(p, v, label, *extra)[0], [x], head)[0]
     np.testing.assert_allclose(dx, num, rtol=1e-6, atol=1e-8)
     if lengths in ("data", "both"):  # frames past a sample's length: gradient 0
         for b, frames in enumerate(extra[0].astype(int)):

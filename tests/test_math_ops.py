@@ -22,6 +22,7 @@ from symgraph.ops import get_op
 from symgraph.passes.gradient import build_gradient
 from symgraph.passes.infer import infer_shapes
 
+from grad_check import finite_differences
 from op_reference import REFERENCE
 from op_reference_math import c_round, masked_softmax, mxnet_rint
 
@@ -72,28 +73,6 @@ def gradients(opname, attrs, xs, heads, wrt):
     used = {n.name for n in gg.variables}
     outs, _ = jax.jit(lower(gg, is_train=True))({k: v for k, v in feeds.items() if k in used})
     return [np.asarray(o) for o in outs[len(g.outputs):]]
-
-
-def finite_differences(f, xs, heads, wrt, eps=1e-6):
-    """d sum_k(f(*xs)_k * heads[k]) / d xs[i] for i in wrt, central differences."""
-    heads = heads if isinstance(heads, list) else [heads]
-
-    def loss(*v):
-        out = f(*v)
-        out = out if isinstance(out, tuple) else (out,)
-        return sum(float(np.sum(o * h)) for o, h in zip(out, heads))
-
-    grads = []
-    for i in wrt:
-        g = np.zeros_like(xs[i])
-        for idx in np.ndindex(xs[i].shape):
-            hi, lo = list(xs), list(xs)
-            hi[i], lo[i] = xs[i].copy(), xs[i].copy()
-            hi[i][idx] += eps
-            lo[i][idx] -= eps
-            g[idx] = (loss(*hi) - loss(*lo)) / (2 * eps)
-        grads.append(g)
-    return grads
 
 
 def params(opname, attrs, n_inputs):

@@ -18,7 +18,7 @@ from symgraph.ops import get_op
 from symgraph.passes.gradient import build_gradient
 from symgraph.passes.infer import infer_shapes
 
-from grad_check import symgraph_gradients
+from grad_check import finite_differences, symgraph_gradients
 from op_reference_normalize import GRAD_REFERENCE_NORMALIZE, REFERENCE_NORMALIZE
 
 F64 = "float64"
@@ -400,25 +400,6 @@ def test_depth_to_space_is_dcr_as_mxnet_doc():
 # --------------------------------------------------------------------------
 # gradients (float64): NumPy formulas and finite differences
 # --------------------------------------------------------------------------
-def _finite_differences(f, xs, head, eps=1e-6):
-    """d sum(f(*xs)[0] * head) / d xs[i], central differences (the first
-    visible output: MXNet passes no gradient through mean/std outputs)."""
-    def loss(*v):
-        out = f(*v)
-        return np.sum((out[0] if isinstance(out, tuple) else out) * head)
-    grads = []
-    for i, x in enumerate(xs):
-        g = np.zeros_like(x)
-        for idx in np.ndindex(x.shape):
-            hi = [v.copy() for v in xs]
-            lo = [v.copy() for v in xs]
-            hi[i][idx] += eps
-            lo[i][idx] -= eps
-            g[idx] = (loss(*hi) - loss(*lo)) / (2 * eps)
-        grads.append(g)
-    return grads
-
-
 GRAD_CASES = [
     ("LayerNorm", {}, (2, 3, 4)),
     ("LayerNorm", {"axis": 0, "eps": 1e-3}, (3, 2)),
@@ -462,7 +443,7 @@ GRAD_IDS = [f"{op}-{i}" for i, (op, _, _) in enumerate(GRAD_CASES)]
 
 
 @pytest.mark.parametrize("opname,attrs,shape", GRAD_CASES, ids=GRAD_IDS)
-def test_gradients_match_numpy_and_finite_differences(opname, attrs, shape):
+def test_gradients_match_numpy_andfinite_differences(opname, attrs, shape):
     p, inputs, heads, grads = symgraph_gradients(opname, attrs, shape, seed=12)
     assert len(grads) == len(inputs)
     want = GRAD_REFERENCE_NORMALIZE[opname](p, inputs, heads)
@@ -473,7 +454,7 @@ def test_gradients_match_numpy_and_finite_differences(opname, attrs, shape):
         else:
             np.testing.assert_allclose(got, w, rtol=1e-10, atol=1e-12,
                                        err_msg=f"{opname} gradient of input {k}")
-    num = _finite_differences(lambda *xs: REFERENCE_NORMALIZE[opname](p, *xs), inputs,
+    num = finite_differences(lambda *xs: REFERENCE_NORMALIZE[opname](p, *xs), inputs,
                               heads[0])
     for k, (got, n) in enumerate(zip(grads, num)):
         np.testing.assert_allclose(got, n, rtol=1e-6, atol=1e-7,
@@ -756,7 +737,7 @@ def test_mxnet_json_trains_in_a_verified_plan():
             "_backward__contrib_AdaptiveAvgPooling2D", "space_to_depth"} <= names
 
 
-def test_gradient_program_is_jit_compatible_and_matches_finite_differences():
+def test_gradient_program_is_jit_compatible_and_matchesfinite_differences():
     net = sg.sym.load_json(MXNET_JSON)
     g = net.graph()
     shapes = dict(zip(net.list_arguments(), net.infer_shape(**JSON_SHAPES)[0]))

@@ -31,12 +31,13 @@ X = [Sample({}, [(3, 4)])]
 POS = [Sample({}, [(3, 4)], low=0.5, high=2.0)]
 
 
-def _unary(name, fn, *, reads, dfn, samples=X, aliases=(), doc="", family=None):
+def _unary(name, fn, *, reads, dfn, samples=X, aliases=(), doc="", family=None, attrs=None):
     """A unary elementwise op whose gradient is ``dfn(p, dy, v)``, where v is
     the input (reads='input') or the output (reads='output')."""
     op = register(OpDef(name=name, lower=lambda p, ctx, x: fn(p, x), infer_shape=same_shape,
                         inplace=INPLACE_FIRST, category="elementwise", family=family,
-                        flops=elementwise_flops, samples=samples, aliases=aliases, doc=doc))
+                        flops=elementwise_flops, samples=samples, aliases=aliases, doc=doc,
+                        attrs=attrs or {}))
     register_backward(
         op, reads_inputs=(0,) if reads == "input" else (),
         reads_outputs=(0,) if reads == "output" else (),

@@ -27,14 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..dtypes import np_dtype
-from .backward import register_backward
-from .elementwise import (BCAST, INPLACE_FIRST, _binary, _broadcast, elementwise_flops,
-                          same_shape, same_shape_bwd)
+from .elementwise import (BCAST, INPLACE_FIRST, POS, X, _binary, _broadcast,
+                          elementwise_flops, same_shape)
+from .elementwise import _unary as _elementwise_unary
 from .registry import Attr, OpDef, Sample, bool_attr, float_attr, register
 
-X = [Sample({}, [(3, 4)])]
 WIDE = [Sample({}, [(3, 4)], low=-3.0, high=3.0), Sample({}, [(2, 3, 2)], low=-3.0, high=3.0)]
-POS = [Sample({}, [(3, 4)], low=0.5, high=2.0)]
 UNIT = [Sample({}, [(3, 4)], low=-0.9, high=0.9)]  # inside (-1, 1): arcsin, arccos
 
 
@@ -57,18 +55,11 @@ def _no_grad_unary(name, fn, doc, samples=WIDE):
 
 
 def _unary(name, fn, *, reads, dfn, samples=X, doc=""):
-    """A unary elementwise op whose backward ``dfn(p, dy, v)`` reads v: the
-    input (reads='input') or the output (reads='output')."""
-    op = register(OpDef(
-        name=name, lower=lambda p, ctx, x: _keep_dtype(lambda v: fn(p, v))(p, x),
-        infer_shape=same_shape, inplace=INPLACE_FIRST, category="elementwise",
-        flops=elementwise_flops, samples=samples, doc=doc, attrs=_UNARY_ATTRS.get(name, {})))
-    register_backward(
-        op, reads_inputs=(0,) if reads == "input" else (),
-        reads_outputs=(0,) if reads == "output" else (),
-        lower=lambda p, ctx, og, ins, outs: [dfn(p, og[0], (ins or outs)[0])],
-        infer_shape=same_shape_bwd, inplace=[(0, 0)])
-    return op
+    """``elementwise._unary`` computing in the input's dtype (``_keep_dtype``),
+    with the op's attributes from ``_UNARY_ATTRS``."""
+    return _elementwise_unary(name, lambda p, x: fn(p, x).astype(x.dtype), reads=reads,
+                              dfn=dfn, samples=samples, doc=doc,
+                              attrs=_UNARY_ATTRS.get(name, {}))
 
 
 # --------------------------------------------------------------------------

@@ -24,18 +24,29 @@ from .passes.recompute import RECOMPUTE_ATTR
 class LowerCtx:
     """What an op's lowering may know besides its inputs."""
 
-    __slots__ = ("is_train", "_key", "node_name", "wgrad_chunks", "wgrad_first")
+    __slots__ = ("is_train", "_key", "node_name", "wgrad_chunks", "wgrad_first",
+                 "_out_shapes")
 
     def __init__(self, is_train: bool, key=None, node_name: str = "", wgrad_chunks: int = 1,
-                 wgrad_first: bool = False):
+                 wgrad_first: bool = False, out_shapes=None):
         self.is_train = is_train
         self._key = key
         self.node_name = node_name
+        # () -> the node's inferred output shapes, for an op whose attributes
+        # leave a dimension to its consumers (MXNet's 0 in ``_zeros``' shape)
+        self._out_shapes = out_shapes
         # > 1: weight gradients summed over this many batch slices; True:
         # the weight gradient before the data gradient (both set only for
         # the backward nodes of ops declaring ``split_wgrad``)
         self.wgrad_chunks = wgrad_chunks
         self.wgrad_first = wgrad_first
+
+    def out_shape(self, i: int = 0) -> tuple:
+        """Output ``i``'s shape as shape inference found it."""
+        if self._out_shapes is None:
+            raise SymgraphError(f"node '{self.node_name}': its output shapes are not known "
+                                f"while lowering")
+        return self._out_shapes()[i]
 
     def rng(self):
         """A PRNG key private to this node (derived from the node's name)."""
@@ -217,6 +228,22 @@ class JaxInterpreter(Interpreter):
             return inputs
         return [x if k else _add_scalar(x, s) for x, k in zip(inputs, keep)]
 
+    def run(self, feeds: dict) -> list:
+        names = {n.name for n in self.graph.variables}
+        self._feed_shapes = {k: tuple(v.shape) for k, v in feeds.items() if k in names}
+        self._inferred = None
+        return super().run(feeds)
+
+    def _out_shapes_of(self, node) -> list:
+        """The node's output shapes, inferred from the feeds' shapes on the
+        first call (only ops that ask, such as a ``_zeros`` whose shape
+        has MXNet's 0, pay for it)."""
+        if self._inferred is None:
+            from .passes.infer import infer_shapes
+            self._inferred = infer_shapes(self.graph, self._feed_shapes, partial=True)
+        base = self.graph.entry_id_of_node(node)
+        return list(self._inferred.shapes[base:base + node.num_outputs])
+
     def eval_node(self, node, inputs):
         return self.apply(node, node.op.lower, inputs)
 
@@ -229,7 +256,8 @@ class JaxInterpreter(Interpreter):
         # (a recomputed Dropout drops the same units)
         original = node.attrs.get(RECOMPUTE_ATTR)
         ctx = LowerCtx(self.is_train, self.key, original or node.name,
-                       self.wgrad_chunks if wgrad else 1, wgrad and self.wgrad_first)
+                       self.wgrad_chunks if wgrad else 1, wgrad and self.wgrad_first,
+                       out_shapes=lambda: self._out_shapes_of(node))
         if len(inputs) > 1 and _anchored(self.anchor, fwd):
             inputs = (tie_to_first(inputs) if self.anchor_tie == "add" else
                       barrier_to_first(inputs, [e.node.op is None for e in node.inputs]))

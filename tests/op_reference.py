@@ -101,3 +101,9 @@ REFERENCE.update(REFERENCE_LOSS)
 LOSS_GRAD.update(LOSS_GRAD_LOSS)
 from op_reference_math import REFERENCE_MATH  # noqa: E402
 REFERENCE.update(REFERENCE_MATH)
+from op_reference_onnx import REFERENCE_ONNX  # noqa: E402
+REFERENCE.update(REFERENCE_ONNX)
+from op_reference_rnn import REFERENCE_RNN  # noqa: E402
+REFERENCE.update(REFERENCE_RNN)
+from op_reference_detection import REFERENCE_DETECTION  # noqa: E402
+REFERENCE.update(REFERENCE_DETECTION)

@@ -4,6 +4,9 @@ from . import glue  # noqa: F401  (registration)
 from . import normalize  # noqa: F401  (registration)
 from . import losses  # noqa: F401  (registration)
 from . import mathops, indexing, ordering, sequence, sampling  # noqa: F401  (registration)
+from . import detection  # noqa: F401  (registration)
+from . import rnn  # noqa: F401  (registration)
+from . import attention, slicing, boxes  # noqa: F401  (registration)
 from .registry import OpDef, Sample, all_opdefs, get_op, list_ops, register
 
 __all__ = ["OpDef", "Sample", "all_opdefs", "get_op", "list_ops", "register"]

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 
 from ..errors import ShapeError
 from .backward import register_backward
-from .registry import (Attr, OpDef, Sample, choice_attr, float_attr, numel,
-                       positive_int_attr, register, unify)
+from .registry import (Attr, OpDef, Sample, choice_attr, count_attr, float_attr, numel,
+                       register, unify)
 
 
 def same_shape(p, in_shapes):
@@ -185,7 +185,7 @@ def _sum_shape(p, in_shapes):
 
 # y = sum_i x_i; dx_i = dy
 register(OpDef(
-    name="ElementWiseSum", attrs={"num_args": Attr(positive_int_attr)},
+    name="ElementWiseSum", attrs={"num_args": Attr(count_attr)},
     arguments=lambda p: [f"arg{i}" for i in range(p.num_args)],
     lower=lambda p, ctx, *xs: sum(xs[1:], xs[0]), infer_shape=_sum_shape,
     inplace=lambda p: [(i, 0) for i in range(p.num_args)], category="elementwise",
@@ -349,3 +349,20 @@ _broadcast_with_backward("broadcast_power", jnp.power,
                          lambda dy, a, b: dy * b * a ** (b - 1),
                          lambda dy, a, b: dy * a ** b * jnp.log(a),
                          samples=BCAST_POS)
+
+
+def _mod(a, b):
+    """MXNet's mshadow_op::mod: the remainder with the divisor's sign (Python's
+    ``%``), and 0 where the divisor is 0."""
+    zero = b == 0
+    r = jnp.remainder(a, jnp.where(zero, jnp.ones_like(b), b))
+    return jnp.where(zero, jnp.zeros_like(r), r)
+
+
+# c = a mod b; da = sum_to(dc); db = sum_to(-dc floor(a / b))  (MXNet's mod_grad, mod_rgrad)
+_broadcast_with_backward("broadcast_mod", _mod, lambda dy, a, b: dy,
+                         lambda dy, a, b: -dy * jnp.floor(a / b),
+                         doc="broadcast_mod(lhs, rhs): the remainder of lhs / rhs with rhs's "
+                             "sign (Python's %), 0 where rhs is 0, with NumPy broadcasting "
+                             "(MXNet's mod). The gradient is dc for lhs and -dc floor(lhs / "
+                             "rhs) for rhs.")

@@ -28,9 +28,9 @@ from ..util import short_repr
 from .backward import register_backward
 from .elementwise import X, elementwise_flops
 from .reduce import optional_float_attr
-from .registry import (Attr, OpDef, Sample, _literal, bool_attr, choice_attr, dtype_attr,
-                       float_attr, int_attr, numel, optional_int_attr, optional_shape_attr,
-                       positive_int_attr, register, shape_attr, unify)
+from .registry import (Attr, OpDef, Sample, _literal, bool_attr, choice_attr, count_attr,
+                       dtype_attr, float_attr, int_attr, numel, optional_int_attr,
+                       optional_shape_attr, positive_int_attr, register, shape_attr, unify)
 from .tensor import CAST_DTYPES, _attrs_of, _axis, _reshape_like_gradient, _zero_flops
 
 
@@ -482,7 +482,7 @@ def _stack_gradient(g, node, og):
 register(OpDef(
     name="stack",
     attrs={"axis": Attr(int_attr, 0, "where the new axis goes in the output"),
-           "num_args": Attr(positive_int_attr, doc="number of inputs")},
+           "num_args": Attr(count_attr, doc="number of inputs")},
     arguments=lambda p: [f"arg{i}" for i in range(p.num_args)],
     lower=lambda p, ctx, *xs: jnp.stack(xs, axis=p.axis % (xs[0].ndim + 1)),
     infer_shape=_stack_infer, category="injective", flops=_zero_flops,
@@ -689,13 +689,29 @@ def string_attr(v) -> str:
 
 
 def _const_shape(p, s):
+    """``p.shape``; a 0 in it is MXNet's dimension the consumers give (the
+    zero begin state a hybridized Gluon RNN exports, ``(layers, 0,
+    hidden)``): the output stays unknown until a consumer's inference
+    fills it in, and the lowering takes the inferred shape."""
     shape = tuple(p.shape)
     if not shape:
         raise ShapeError("shape=() gives no output shape; give one such as shape=(2, 3)")
-    if any(d <= 0 for d in shape):
-        raise ShapeError(f"shape={shape}: every dimension must be positive (MXNet's 0, a "
-                         f"dimension inferred from the consumers, is not supported)")
-    return s, [shape]
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"shape={shape}: a dimension is negative; each is positive, or 0 "
+                         f"for one its consumer gives")
+    return s, [None if 0 in shape else shape]
+
+
+def _const_lower(value):
+    def lower(p, ctx):
+        shape = tuple(p.shape)
+        if 0 in shape:
+            shape = ctx.out_shape(0)
+            if shape is None or any(d != k for d, k in zip(shape, p.shape) if k):
+                raise ShapeError(f"shape={tuple(p.shape)}: no consumer gives the dimensions "
+                                 f"given as 0")
+        return jnp.full(shape, value(p), p.dtype)
+    return lower
 
 
 _CONST_ATTRS = {"shape": Attr(shape_attr, (), "the output shape"),
@@ -706,7 +722,7 @@ _CONST_ATTRS = {"shape": Attr(shape_attr, (), "the output shape"),
 def _constant(name, value, doc, attrs=None, samples=None):
     register(OpDef(
         name=name, arguments=(), attrs={**_CONST_ATTRS, **(attrs or {})},
-        lower=lambda p, ctx: jnp.full(p.shape, value(p), p.dtype),
+        lower=_const_lower(value),
         infer_shape=_const_shape, infer_type=lambda p, t, n: (t, [p.dtype]),
         category="injective", flops=_zero_flops, family="other", per_sample=False,
         gradient=lambda g, node, og: [],

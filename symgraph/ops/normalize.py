@@ -30,7 +30,7 @@ from jax import lax
 from ..errors import ShapeError
 from .backward import register_backward
 from .conv import _deconv_nobias, optional_float_attr
-from .registry import (Attr, OpDef, Params, Sample, bool_attr, choice_attr, float_attr,
+from .registry import (Attr, OpDef, Params, Sample, bool_attr, choice_attr, count_attr, float_attr,
                        int_attr, numel, positive_int_attr, register, shape_attr)
 from .tensor import _axis
 
@@ -415,7 +415,7 @@ _up = register(OpDef(
     attrs={"scale": Attr(positive_int_attr, doc="the output is scale times arg0's H and W"),
            "sample_type": Attr(choice_attr("nearest", "bilinear"),
                                doc="bilinear: a Deconvolution with a weight input"),
-           "num_args": Attr(positive_int_attr, doc="inputs (nearest); bilinear takes data "
+           "num_args": Attr(count_attr, doc="inputs (nearest); bilinear takes data "
                                                    "and weight whatever it says"),
            "num_filter": Attr(int_attr, 0, "bilinear: the channels of data"),
            "multi_input_mode": Attr(choice_attr("concat", "sum"), "concat",

@@ -91,6 +91,19 @@ def positive_int_attr(v) -> int:
     return n
 
 
+MAX_COUNT = 1 << 16  # more inputs or outputs than this is refused, not built
+
+
+def count_attr(v) -> int:
+    """A number of inputs or outputs (``num_args``, ``num_outputs``): 1 to
+    MAX_COUNT. A node with 2**40 outputs would hang while its output names
+    are made, so such a file is refused at once."""
+    n = positive_int_attr(v)
+    if n > MAX_COUNT:
+        raise ValueError(f"expected a count up to {MAX_COUNT}, got {n}")
+    return n
+
+
 def optional_int_attr(v):
     v = _literal(v)
     return None if v is None else int_attr(v)

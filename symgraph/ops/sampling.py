@@ -1,6 +1,7 @@
 """Random sampling as MXNet 1.9.1's ops (src/operator/random/sample_op.h,
 sample_multinomial_op.h): ``_random_uniform``, ``_random_normal`` (no
-inputs, like ``_zeros``) and ``_sample_multinomial``.
+inputs, like ``_zeros``), ``_random_uniform_like`` (its input's shape and
+dtype, which is all it reads) and ``_sample_multinomial``.
 
 Draws use the node's own key (``LowerCtx.rng``, as Dropout): the same key
 and node name give the same numbers, in training and inference alike
@@ -86,6 +87,33 @@ _sampler("_random_normal",
           Sample({"shape": (3, 1, 2), "loc": 1.5, "scale": 0.5, "dtype": "float16"}, [],
                  grad=False)],
          ("normal", "random_normal"))
+
+
+def _like_shape(p, s):
+    _check_uniform(p)
+    return s, [s[0]]
+
+
+def _like_type(p, t, n):
+    if t[0] is not None and t[0] not in _FLOAT_OUT:
+        raise ShapeError(f"data is {t[0]}: _random_uniform_like draws {', '.join(_FLOAT_OUT)} "
+                         f"only, in data's dtype")
+    return t, [t[0]]
+
+
+# y = uniform draws of x's shape and dtype; reads x's shape only; MXNet's zero gradient
+register(OpDef(
+    name="_random_uniform_like",
+    attrs={"low": Attr(float_attr, 0.0, "the lower bound (included)"),
+           "high": Attr(float_attr, 1.0, "the upper bound (excluded)")},
+    lower=lambda p, ctx, x: jax.random.uniform(ctx.rng(), x.shape, x.dtype, p.low, p.high),
+    infer_shape=_like_shape, infer_type=_like_type,
+    shape_inputs=(0,), needs_rng=True, category="opaque", per_sample=False, family="other",
+    flops=lambda p, ins, outs: numel(outs[0]), gradient=lambda g, node, og: [None],
+    samples=[Sample({}, [(2, 3)], grad=False),
+             Sample({"low": -2, "high": 5}, [(4, 1, 2)], grad=False)],
+    doc="Uniform draws in [low, high) with data's shape and dtype (a float type); reads "
+        "data's shape only (random; zero gradient)."))
 
 
 # --------------------------------------------------------------------------

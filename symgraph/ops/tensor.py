@@ -7,8 +7,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from .backward import register_backward
-from .registry import (Attr, OpDef, Sample, bool_attr, dtype_attr, int_attr, numel,
-                       optional_int_attr, positive_int_attr, register, shape_attr, unify)
+from .registry import (Attr, OpDef, Sample, bool_attr, count_attr, dtype_attr, int_attr, numel,
+                       optional_int_attr, register, shape_attr, unify)
 from .elementwise import INPLACE_FIRST, X, elementwise_flops, same_shape
 
 
@@ -393,7 +393,7 @@ def _concat_infer(p, s):
 _concat = register(OpDef(
     name="Concat",
     per_sample=lambda p: p.dim > 0,  # a negative dim may name axis 0
-    attrs={"num_args": Attr(positive_int_attr, doc="number of inputs"),
+    attrs={"num_args": Attr(count_attr, doc="number of inputs"),
            "dim": Attr(int_attr, 1, "the axis to join along")},
     arguments=lambda p: [f"arg{i}" for i in range(p.num_args)],
     lower=lambda p, ctx, *xs: jnp.concatenate(xs, axis=p.dim), infer_shape=_concat_infer,
@@ -458,7 +458,7 @@ def _slice_channel_gradient(g, node, og):
 register(OpDef(
     name="SliceChannel",
     per_sample=lambda p: p.axis > 0,
-    attrs={"num_outputs": Attr(positive_int_attr, doc="number of equal parts"),
+    attrs={"num_outputs": Attr(count_attr, doc="number of equal parts"),
            "axis": Attr(int_attr, 1, "the axis to split"),
            "squeeze_axis": Attr(bool_attr, False, "drop the split axis (its size must "
                                                   "equal num_outputs)")},

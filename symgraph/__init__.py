@@ -46,12 +46,14 @@ _LAZY = {
     "xla": "symgraph.xla",
     "passes": "symgraph.passes",
     "recordio": "symgraph.recordio",
+    "model": "symgraph.model",
 }
 # sg.plan is memory.plan, with target= for XLA's figures on a device (xla.plan_on)
 _LAZY_ATTRS = {"plan": ("symgraph.xla.analysis", "plan_on"),
                "max_batch": ("symgraph.memory.maxbatch", "max_batch"),
                "BudgetError": ("symgraph.memory.budget", "BudgetError"),
-               "Module": ("symgraph.train.module", "Module")}
+               "Module": ("symgraph.train.module", "Module"),
+               "random": ("symgraph.ndarray", "random")}
 
 
 def __getattr__(name):

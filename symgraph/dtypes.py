@@ -95,6 +95,46 @@ def require_storable(dtype, what: str, error=ShapeError):
     return dt
 
 
+def narrow_for_jax(host: np.ndarray, what: str, error=ShapeError):
+    """``(array, narrowed)``: ``host`` as JAX can hold it. With 64-bit JAX
+    off a 64-bit array is narrowed to 32 bits when that keeps it: integers
+    must every one fit the 32-bit type exactly (else ``error`` naming
+    ``what`` and the first value that does not); floats (and complex) are
+    rounded to float32 (complex64), what MXNet users get on a GPU, unless
+    a finite value lies beyond float32's range and would become inf.
+    ``narrowed`` says whether the array changed dtype (callers warn)."""
+    import jax
+    dt = host.dtype
+    try:
+        target = np.dtype(jax.dtypes.canonicalize_dtype(dt))
+    except TypeError:
+        return host, False  # a dtype JAX does not know; jnp.asarray words it
+    if target == dt:
+        return host, False
+    advice = ("call jax.config.update('jax_enable_x64', True) at startup to load it "
+              "as it is")
+    if dt.kind in "iu" and target.kind in "iu":
+        info = np.iinfo(target)
+        bad = (host < info.min) | (host > info.max)
+        if bad.any():
+            v = host[bad].flat[0]
+            raise error(f"{what}: {dt.name} value {v} does not fit {target.name}, which "
+                        f"64-bit JAX being off would narrow it to; {advice}")
+        return host.astype(target), True
+    if dt.kind in "fc" and target.kind in "fc":
+        with np.errstate(over="ignore"):
+            narrowed = host.astype(target)
+        grew = np.isinf(narrowed) & np.isfinite(host)
+        if grew.any():
+            v = host[grew].flat[0]
+            raise error(f"{what}: {dt.name} value {v} is beyond {target.name}'s range, which "
+                        f"64-bit JAX being off would narrow it to (it would become inf); "
+                        f"{advice}")
+        return narrowed, True
+    require_storable(dt, what, error)  # anything else: the plain refusal
+    return host, False
+
+
 _ITEMSIZE: dict = {}
 
 

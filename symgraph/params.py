@@ -142,8 +142,12 @@ def _read_array(r: _Reader):
 def read(path) -> tuple[list, list | None]:
     """``(arrays, names)`` from an MXNet ``.params`` file: NumPy arrays, and
     their names, None when the file holds an unnamed list."""
-    with open(path, "rb") as f:
-        r = _Reader(f.read(), path)
+    try:
+        with open(path, "rb") as f:
+            r = _Reader(f.read(), path)
+    except OSError as err:
+        raise SerializationError(f"cannot read .params file '{path}': "
+                                 f"{err.strerror or err}") from None
     header, _ = r.read("QQ")
     if header != LIST_MAGIC:
         raise SerializationError(f"{path}: not an MXNet .params file (magic {header:#x}, "

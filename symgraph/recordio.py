@@ -394,7 +394,8 @@ def unpack(s: bytes) -> tuple[IRHeader, bytes]:
 def imdecode(buf, iscolor: int = 1, to_rgb: bool = True) -> np.ndarray:
     """JPEG or PNG bytes -> uint8 array: HxWx3 (RGB, or BGR with
     ``to_rgb=False``) for ``iscolor=1``, HxW for ``iscolor=0``; ``-1``
-    keeps the file's channels, as OpenCV's flags. JPEGs decode with
+    keeps the file's channels, as OpenCV's flags (IMREAD_UNCHANGED): HxW
+    for a grey image, HxWx4 (RGBA, or BGRA) for one with alpha. JPEGs decode with
     libjpeg-turbo (simplejpeg; the GIL is released), others with Pillow.
     A corrupt image raises ``RecordIOError``."""
     buf = bytes(buf) if not isinstance(buf, (bytes, bytearray, memoryview)) else buf
@@ -412,10 +413,21 @@ def imdecode(buf, iscolor: int = 1, to_rgb: bool = True) -> np.ndarray:
         with Image.open(io.BytesIO(buf)) as im:
             if iscolor == 0 or (iscolor == -1 and im.mode in ("L", "I;16", "1")):
                 return np.asarray(im.convert("L"))
+            if iscolor == -1 and _has_alpha(im):  # OpenCV's IMREAD_UNCHANGED keeps it
+                arr = np.asarray(im.convert("RGBA"))
+                return arr if to_rgb else arr[:, :, [2, 1, 0, 3]].copy()
             arr = np.asarray(im.convert("RGB"))
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
         raise RecordIOError(f"cannot decode image ({len(buf)} bytes): {err}") from None
     return arr if to_rgb else arr[:, :, ::-1].copy()
+
+
+def _has_alpha(im) -> bool:
+    """Whether OpenCV would read ``im`` with an alpha channel: an alpha
+    band, or a colour (or palette) image with a transparent colour."""
+    if im.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        return True
+    return im.mode in ("RGB", "P") and "transparency" in im.info
 
 
 def _jpeg_is_gray(buf) -> bool:
@@ -428,18 +440,22 @@ def _jpeg_is_gray(buf) -> bool:
 
 def imencode(img: np.ndarray, img_fmt: str = ".jpg", quality: int = 95,
              bgr: bool = True) -> bytes:
-    """uint8 HxWx3 (BGR by default, as OpenCV) or HxW -> ``.jpg`` (quality
-    1-100) or ``.png`` (quality = compression level 0-9) bytes."""
+    """uint8 HxWx3 (BGR by default, as OpenCV), HxWx4 (BGRA) or HxW ->
+    ``.jpg`` (quality 1-100; an alpha channel is dropped, as OpenCV's JPEG
+    encoder does) or ``.png`` (quality = compression level 0-9; alpha
+    kept) bytes."""
     img = np.asarray(img)
     if img.dtype != np.uint8 or img.ndim not in (2, 3) or \
-            (img.ndim == 3 and img.shape[2] not in (1, 3)):
-        raise RecordIOError(f"pack_img takes a uint8 HxW or HxWx3 image, got "
+            (img.ndim == 3 and img.shape[2] not in (1, 3, 4)):
+        raise RecordIOError(f"pack_img takes a uint8 HxW, HxWx3 or HxWx4 image, got "
                             f"{img.dtype} {img.shape}")
     fmt = img_fmt.lower()
     if fmt in (".jpg", ".jpeg"):
         import simplejpeg
         if img.ndim == 2:
             img = img[:, :, None]
+        if img.shape[2] == 4:  # JPEG has no alpha: OpenCV's encoder drops it too
+            img = img[:, :, :3]
         colorspace = "GRAY" if img.shape[2] == 1 else ("BGR" if bgr else "RGB")
         return simplejpeg.encode_jpeg(np.ascontiguousarray(img), quality=int(quality),
                                       colorspace=colorspace, colorsubsampling="420")
@@ -448,8 +464,8 @@ def imencode(img: np.ndarray, img_fmt: str = ".jpg", quality: int = 95,
         from PIL import Image
         if img.ndim == 3 and img.shape[2] == 1:
             img = img[:, :, 0]
-        if img.ndim == 3 and bgr:
-            img = img[:, :, ::-1]
+        if img.ndim == 3 and bgr:  # BGR(A) -> RGB(A)
+            img = img[:, :, [2, 1, 0, 3][:img.shape[2]]]
         out = io.BytesIO()
         Image.fromarray(np.ascontiguousarray(img)).save(
             out, format="PNG", compress_level=min(max(int(quality), 0), 9))
@@ -465,6 +481,8 @@ def pack_img(header, img: np.ndarray, quality: int = 95, img_fmt: str = ".jpg") 
 
 def unpack_img(s: bytes, iscolor: int = -1) -> tuple[IRHeader, np.ndarray]:
     """``(header, image)`` of a record made by ``pack_img``; the image is
-    BGR, as OpenCV's ``imdecode`` gives it to MXNet."""
+    BGR, as OpenCV's ``imdecode`` gives it to MXNet. ``iscolor`` is
+    OpenCV's flag: 1 colour (HxWx3), 0 grey (HxW), -1 (the default) the
+    file's own channels, an alpha channel kept (HxWx4, BGRA)."""
     header, s = unpack(s)
     return header, imdecode(s, iscolor, to_rgb=False)

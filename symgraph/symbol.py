@@ -13,18 +13,20 @@ statistics) are created as variables named ``<node>_<input>``.
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Sequence
 
 import numpy as np
 
 from . import serialize
-from .dtypes import dtype_name
+from .dtypes import dtype_name, np_dtype
 from .errors import GraphError, OpError, ShapeError, UnknownOpError
 from .graph import Entry, Graph, Node
 from .ops import get_op, list_ops
 from .ops.registry import format_attr
 from .passes.infer import infer_shapes
 from .serialize import HIDDEN_KEYS
+from .util import short_repr
 
 
 # --------------------------------------------------------------------------
@@ -224,25 +226,115 @@ class Symbol:
         else:
             inf = infer_shapes(g, {}, dtypes=known, partial=True)
             table = inf.dtypes
+        return self._tables(g, table)
+
+    def _infer_shape_or_raise(self, *args, **kwargs):
+        """infer_shape that raises ShapeError naming the missing inputs
+        instead of returning ``(None, None, None)``: for internal callers
+        that cannot go on without every shape."""
+        return self._infer(self._shape_dict(args, kwargs), partial=False)
+
+    def infer_shape(self, *args, **kwargs):
+        """(argument shapes, output shapes, aux shapes). Parameter shapes
+        come from the data shape. As MXNet's: when the shapes given do not
+        determine every shape, a warning names the inputs to give and the
+        result is ``(None, None, None)``; shapes that contradict each other
+        raise ShapeError."""
+        known = self._shape_dict(args, kwargs)
+        g = self.graph()
+        inf = infer_shapes(g, known, partial=True)  # raises on conflicts only
+        if all(s is not None for s in inf.shapes):
+            return self._tables(g, inf.shapes)
+        try:  # the strict pass words what is missing
+            infer_shapes(g, known, partial=False)
+        except ShapeError as err:
+            warnings.warn(f"infer_shape: {err}", stacklevel=2)
+        return None, None, None
+
+    def infer_shape_partial(self, *args, **kwargs):
+        """Like infer_shape, but what cannot be inferred is ``()`` (MXNet's
+        unknown shape) instead of making the whole result None."""
+        a, o, x = self._infer(self._shape_dict(args, kwargs), partial=True)
+        unknown = ()
+        return ([unknown if s is None else s for s in a], [unknown if s is None else s for s in o],
+                [unknown if s is None else s for s in x])
+
+    def infer_type(self, *args, **kwargs):
+        """(argument dtypes, output dtypes, aux dtypes) as NumPy scalar types
+        (``numpy.float32``), as MXNet's; dtypes nothing determines are
+        float32. Known dtypes are names, NumPy types or dtypes."""
+        known = self._shape_dict(args, kwargs)
+        a, o, x = self._infer({k: dtype_name(v) for k, v in known.items()}, True, "type")
+        return ([_np_type(t) for t in a], [_np_type(t) for t in o], [_np_type(t) for t in x])
+
+    def infer_type_partial(self, *args, **kwargs):
+        """infer_type (every dtype is determined: the default is float32)."""
+        return self.infer_type(*args, **kwargs)
+
+    # -- composition ------------------------------------------------------------
+    def __call__(self, *args, name: str | None = None, **kwargs) -> "Symbol":
+        """A new symbol with free variables replaced by other symbols, as
+        MXNet's ``Symbol.__call__``: ``net(data=other)`` replaces the
+        variable named ``data`` (an argument or an aux state);
+        ``net(other, ...)`` replaces the arguments in ``list_arguments()``
+        order. ``name=`` renames the output node. This symbol is unchanged."""
+        if args and kwargs:
+            raise GraphError("compose takes the replacing symbols either positionally or "
+                             "by name, not both")
+        node = self._outputs[0].node if self._outputs else None
+        if node is None or node.op is None:
+            raise GraphError(f"a variable cannot be composed ({node.name if node else 'empty'}"
+                             f"); compose the symbol that reads it")
+        g = self.graph()
+        if args:
+            names = self.list_arguments()
+            if len(args) > len(names):
+                raise GraphError(f"compose: {len(args)} symbols for {len(names)} arguments "
+                                 f"({', '.join(names)})")
+            kwargs = dict(zip(names, args))
+        inputs = [n.name for n in g.variables]
+        for k, v in kwargs.items():
+            if k not in inputs:
+                raise GraphError(f"compose: {short_repr(k)} is not a free variable of this "
+                                 f"symbol; they are {', '.join(inputs)}")
+            if not isinstance(v, Symbol):
+                raise GraphError(f"compose: '{k}' must be replaced by a Symbol, got "
+                                 f"{type(v).__name__}")
+            if len(v.outputs) != 1:
+                raise GraphError(f"compose: '{k}' is replaced by a group of {len(v.outputs)} "
+                                 f"outputs; pick one with [i]")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise GraphError(f"compose: name must be a non-empty string, got {name!r}")
+        new: dict[int, Entry] = {}  # id(old node) -> entry standing for its output 0
+
+        def moved(e):
+            m = new.get(id(e.node))
+            return e if m is None else Entry(m.node, m.index + e.index)
+
+        for n in g.nodes:
+            if n.op is None:
+                if n.name in kwargs:
+                    new[id(n)] = kwargs[n.name].outputs[0]
+                continue
+            ins = [moved(e) for e in n.inputs]
+            if any(a is not b for a, b in zip(ins, n.inputs)):
+                new[id(n)] = Entry(n.with_inputs(ins), 0)
+        outs = [moved(e) for e in self._outputs]
+        if name is not None:
+            head = outs[0].node
+            renamed = head.with_inputs(head.inputs)
+            renamed.name = name
+            outs = [Entry(renamed, e.index) if e.node is head else e for e in outs]
+        composed = Symbol(outs)
+        composed.graph()  # duplicate names, cycles: GraphError now, not at bind
+        return composed
+
+    @staticmethod
+    def _tables(g, table):
         args = [table[g.entry_id_of_node(n)] for n in g.arguments]
         outs = [table[g.entry_id(e)] for e in g.outputs]
         aux = [table[g.entry_id_of_node(n)] for n in g.aux_states]
         return args, outs, aux
-
-    def infer_shape(self, *args, **kwargs):
-        """(argument shapes, output shapes, aux shapes); every shape must be
-        inferable. Parameter shapes come from the data shape."""
-        return self._infer(self._shape_dict(args, kwargs), partial=False)
-
-    def infer_shape_partial(self, *args, **kwargs):
-        """Like infer_shape; unknown shapes are None instead of an error."""
-        return self._infer(self._shape_dict(args, kwargs), partial=True)
-
-    def infer_type(self, *args, **kwargs):
-        """(argument dtypes, output dtypes, aux dtypes) as numpy dtype names."""
-        known = self._shape_dict(args, kwargs)
-        a, o, x = self._infer({k: dtype_name(v) for k, v in known.items()}, True, "type")
-        return a, o, x
 
     # -- serialization -------------------------------------------------------------
     def tojson(self) -> str:
@@ -328,6 +420,12 @@ class Symbol:
 
     def debug_str(self) -> str:
         return self.graph().text()
+
+
+def _np_type(name):
+    """A dtype name as the NumPy scalar type MXNet's infer_type gives
+    (``numpy.float32``; ml_dtypes' type for bfloat16)."""
+    return None if name is None else np_dtype(name).type
 
 
 # --------------------------------------------------------------------------

@@ -83,7 +83,7 @@ def test_embedding_infers_weight_and_dtype():
     args, outs, _ = net.infer_shape(idx=(3, 5))
     assert args == [(3, 5), (10, 4)] and outs == [(3, 5, 4)]
     arg_types, out_types, _ = net.infer_type(idx="float32")
-    assert arg_types == ["float32", "float16"] and out_types == ["float16"]
+    assert arg_types == [np.float32, np.float16] and out_types == [np.float16]
 
 
 def test_batchnorm_output_mean_var_makes_three_outputs_visible():

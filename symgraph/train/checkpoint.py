@@ -57,12 +57,20 @@ def load_checkpoint(prefix: str, epoch: int):
     """``(symbol, arg_params, aux_params)`` with NDArray values, as
     ``mx.model.load_checkpoint``."""
     from .. import symbol as sym
-    from ..context import current_context
-    from ..ndarray import from_file
     net = sym.load(symbol_path(prefix))
-    path = params_path(prefix, epoch)
+    arg, aux = load_arrays(params_path(prefix, epoch))
+    return net, arg, aux
+
+
+def load_arrays(path: str) -> tuple[dict, dict]:
+    """``(arg_params, aux_params)`` of a ``.params`` file as NDArrays on the
+    current context. With 64-bit JAX off an int64/float64 array is
+    narrowed to 32 bits with a warning where that keeps its values, and
+    refused by name where it would not (``ndarray.from_files``)."""
+    from ..context import current_context
+    from ..ndarray import from_files
     arg, aux = split_arg_aux(load_params_file(path))
     dev = current_context().jax_device
-    # an int64 array with 64-bit JAX off is refused by name, not narrowed
-    return (net, {k: from_file(v, dev, path, f"arg:{k}") for k, v in arg.items()},
-            {k: from_file(v, dev, path, f"aux:{k}") for k, v in aux.items()})
+    names = [f"arg:{k}" for k in arg] + [f"aux:{k}" for k in aux]
+    values = from_files([*arg.values(), *aux.values()], names, dev, path)
+    return dict(zip(arg, values[:len(arg)])), dict(zip(aux, values[len(arg):]))

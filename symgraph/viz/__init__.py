@@ -13,7 +13,9 @@ allocate, fused groups are drawn as clusters and a legend gives the plan's
 totals per bucket. ``--train`` draws the backward graph too, dashed and
 paler than the forward. From Python, ``sg.viz.plot(net, shape=...)``
 returns a ``graphviz.Digraph`` (shown inline in Jupyter) and
-``sg.viz.render(dot, 'net.svg')`` writes it.
+``sg.viz.render(dot, 'net.svg')`` writes it. MXNet's
+``sg.viz.plot_network(net, shape=...)`` and ``sg.viz.print_summary(net,
+shape=...)`` (its table of layers and parameter counts) are there too.
 """
 # The docstring is `symgraph viz --help`'s description. The package:
 # draw.py (graph drawing, names escaped for Graphviz, pictures written),
@@ -24,10 +26,12 @@ from .draw import (FAMILY_COLORS, FORMATS, INSTALL_GRAPHVIZ, LEGEND_ID, TEXT_LIM
                    dot_id, op_family, output_format, parameter_names, placed_graph, plot,
                    render, training_graph)
 from .planview import PlanView, distinct_colors, format_bytes, node_allocations, plan_view
+from .summary import plot_network, print_summary, summary_rows
 from .timeline import TIMELINE_STRATEGIES, plot_timeline, timeline
 
 __all__ = ["FAMILY_COLORS", "FORMATS", "INSTALL_GRAPHVIZ", "LEGEND_ID", "PlanView",
            "TEXT_LIMIT", "TIMELINE_STRATEGIES", "VizError", "add_arguments", "distinct_colors",
            "dot_id", "format_bytes", "load_net", "node_allocations", "op_family",
            "output_format", "parameter_names", "placed_graph", "plan_view", "plot",
-           "plot_timeline", "render", "run", "timeline", "training_graph"]
+           "plot_network", "plot_timeline", "print_summary", "render", "run", "summary_rows",
+           "timeline", "training_graph"]

@@ -110,7 +110,7 @@ def test_iter_equals_mxnet_iterator():
                                    data_shape=(3, 24, 24), batch_size=6)
         batch = it.next()
         assert batch.data[0].dtype == np.float32 and batch.pad == 0
-        assert np.abs(batch.data[0] - want["data"]).max() <= 1
+        assert np.abs(batch.data[0].asnumpy() - want["data"]).max() <= 1
         np.testing.assert_array_equal(batch.label[0], want["label"])
         with pytest.raises(StopIteration):
             it.next()
@@ -132,13 +132,13 @@ def test_normalise_crop_and_mirror_against_numpy(tmp_path):
     it = sg.io.ImageRecordIter(path, (3, 30, 32), 20, mean_r=mean[0], mean_g=mean[1],
                                mean_b=mean[2], std_r=std[0], std_g=std[1], std_b=std[2],
                                scale=scale)
-    got = it.next().data[0]
+    got = it.next().data[0].asnumpy()
     crop = imgs[:, 3:33, 4:36].transpose(0, 3, 1, 2).astype(np.float64)
     want = (crop - np.reshape(mean, (3, 1, 1))) * scale / np.reshape(std, (3, 1, 1))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     it = sg.io.ImageRecordIter(path, (3, 30, 32), 20, rand_crop=True, rand_mirror=True,
                                dtype="uint8", seed=5)
-    got = it.next().data[0]
+    got = it.next().data[0].asnumpy()
     flips = 0
     for img, out in zip(imgs, got):
         hits = [(y, x, f) for y in range(7) for x in range(9) for f in (0, 1)
@@ -183,7 +183,7 @@ def test_round_batch_pads_and_index(tmp_path):
     np.testing.assert_array_equal(last.label[0], [i % 3 for i in last.index])
     it = sg.io.ImageRecordIter(path, (3, 36, 40), 8, round_batch=False, dtype="uint8")
     last = list(it)[-1]
-    assert last.pad == 4 and not last.data[0][4:].any()
+    assert last.pad == 4 and not last.data[0].asnumpy()[4:].any()
 
 
 def test_num_parts_see_every_record_once(tmp_path):
@@ -193,7 +193,7 @@ def test_num_parts_see_every_record_once(tmp_path):
         it = sg.io.ImageRecordIter(path, (3, 36, 40), 4, part_index=part, num_parts=3,
                                    shuffle=True, seed=1, dtype="uint8")
         for b in it:
-            seen += [int(v) for v in b.data[0][:len(b.data[0]) - b.pad, 0, 0, 0]]
+            seen += [int(v) for v in b.data[0].asnumpy()[:len(b.data[0]) - b.pad, 0, 0, 0]]
     _, imgs = _pack_digits_like(tmp_path)
     assert sorted(seen) == sorted(int(v) for v in imgs[:, 0, 0, 0])
 

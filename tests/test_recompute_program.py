@@ -121,10 +121,10 @@ def test_a_clone_draws_the_random_key_of_its_original():
     ctx_name = {}
     orig = lower_mod.LowerCtx.__init__
 
-    def spy(self, is_train, key=None, node_name="", *args):
+    def spy(self, is_train, key=None, node_name="", *args, **kwargs):
         ctx_name.setdefault(node_name, 0)
         ctx_name[node_name] += 1
-        orig(self, is_train, key, node_name, *args)
+        orig(self, is_train, key, node_name, *args, **kwargs)
     lower_mod.LowerCtx.__init__ = spy
     try:
         fused_step(net, CONV_SHAPES, ["drop"])

@@ -14,7 +14,7 @@ def _ids(it):
     """The sample ids (data column 0) of each batch of one epoch, and pads."""
     out = []
     for b in it:
-        out.append((b.data[0][:, 0].astype(int).tolist(), b.pad))
+        out.append((b.data[0].asnumpy()[:, 0].astype(int).tolist(), b.pad))
     return out
 
 

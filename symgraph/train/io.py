@@ -8,8 +8,10 @@ background thread.
         ...
     it.reset()                   # next epoch (a new permutation when shuffling)
 
-Batches hold host (NumPy) arrays; the Module moves them to its devices, so
-the same iterator feeds one device or eight. Shuffling is reproducible: the
+Batches hold ``sg.nd.NDArray``s on ``sg.cpu(0)``, as MXNet's iterators
+give (``batch.data[0].asnumpy()``, ``.as_in_context(ctx)``, ``.shape``,
+``.dtype``, ``.context``); the Module moves them to its devices, so the same
+iterator feeds one device or eight. Shuffling is reproducible: the
 order of epoch ``e`` is a function of ``(seed, e)``, which is what lets
 ``fit(begin_epoch=k)`` resume with the data order of an uninterrupted run.
 """
@@ -20,9 +22,50 @@ import threading
 from collections import OrderedDict, namedtuple
 from typing import Callable
 
+import jax
 import numpy as np
 
+from ..context import cpu
+from ..dtypes import require_storable
+from ..ndarray import NDArray
 from . import TrainError
+
+
+# XLA's CPU client aliases a host buffer with this alignment instead of copying it
+HOST_ALIGN = 64
+
+
+def aligned_zeros(shape, dtype) -> np.ndarray:
+    """A zeroed NumPy array whose buffer starts on a ``HOST_ALIGN``-byte
+    boundary, so that ``batch_ndarrays`` wraps it without a copy."""
+    dtype = np.dtype(dtype)
+    shape = tuple(int(d) for d in shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buf = np.zeros(nbytes + HOST_ALIGN, np.uint8)  # calloc: pages are touched when written
+    start = -buf.ctypes.data % HOST_ALIGN
+    return buf[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def batch_device() -> jax.Device:
+    """Where iterators put their batches: ``sg.cpu(0)``, as MXNet's."""
+    return cpu(0).jax_device
+
+
+def batch_ndarrays(arrays) -> list | None:
+    """``arrays`` (NumPy arrays, jax arrays or NDArrays) as NDArrays: an
+    NDArray stays as it is, a jax array is wrapped where it lies, host
+    arrays go to ``sg.cpu(0)`` in one ``jax.device_put`` (no copy for a
+    C-contiguous array aligned as ``aligned_zeros`` makes them: the
+    NDArray then shares that buffer, which must not be written again)."""
+    if arrays is None:
+        return None
+    out = list(arrays)
+    host = [i for i, a in enumerate(out) if not isinstance(a, (NDArray, jax.Array))]
+    if host:
+        placed = jax.device_put([np.asarray(out[i]) for i in host], batch_device())
+        for i, a in zip(host, placed):
+            out[i] = a
+    return [a if isinstance(a, NDArray) else NDArray(a) for a in out]
 
 
 class DataDesc(namedtuple("DataDesc", ["name", "shape"])):
@@ -73,7 +116,9 @@ def as_descs(descs) -> list[DataDesc]:
 
 class DataBatch:
     """One batch: ``data`` and ``label`` are lists of arrays in the order of
-    ``provide_data``/``provide_label``; ``pad`` counts the samples at the end
+    ``provide_data``/``provide_label`` (the iterators here give NDArrays on
+    ``sg.cpu(0)``; the Module also takes NumPy or jax arrays in a batch
+    built by hand); ``pad`` counts the samples at the end
     that only fill the last batch (they are left out of metrics and
     predictions); ``index`` gives each sample's position in the data set."""
 
@@ -103,7 +148,9 @@ class DataIter:
     """Base class: iterate with ``for batch in it`` or ``it.next()``; call
     ``reset()`` to start the next epoch. Subclasses implement ``next`` (or
     ``iter_next`` with ``getdata``/``getlabel``/``getpad``/``getindex``)
-    and the ``provide_data``/``provide_label`` properties."""
+    and the ``provide_data``/``provide_label`` properties. ``next`` gives
+    the batch's arrays as NDArrays (host arrays ``getdata`` returns go to
+    ``sg.cpu(0)``)."""
 
     def __init__(self, batch_size: int = 0):
         self.batch_size = batch_size
@@ -116,8 +163,8 @@ class DataIter:
 
     def next(self) -> DataBatch:
         if self.iter_next():
-            return DataBatch(self.getdata(), self.getlabel(), self.getpad(), self.getindex(),
-                             provide_data=self.provide_data,
+            return DataBatch(batch_ndarrays(self.getdata()), batch_ndarrays(self.getlabel()),
+                             self.getpad(), self.getindex(), provide_data=self.provide_data,
                              provide_label=self.provide_label)
         raise StopIteration
 
@@ -177,6 +224,13 @@ def _named_arrays(data, default_name: str, dtype, what: str) -> "OrderedDict[str
     return out
 
 
+@jax.jit
+def _gather(arrays, idx):
+    """The rows ``idx`` of each array: one compiled program per batch, on
+    the arrays' device (cheaper than NumPy's indexing and a copy to it)."""
+    return [a[idx] for a in arrays]
+
+
 class NDArrayIter(DataIter):
     """Batches over in-memory arrays (NumPy arrays, NDArrays or jax arrays).
 
@@ -188,7 +242,14 @@ class NDArrayIter(DataIter):
     ``seed=None`` draws the seed from NumPy's global generator once, so
     ``np.random.seed`` makes runs repeatable as in MXNet. ``dtype`` (float32
     by default, as MXNet's iterators give) converts data and labels;
-    ``None`` keeps their dtypes.
+    ``None`` keeps their dtypes (a 64-bit one needs ``jax_enable_x64``:
+    the first batch raises ``TrainError`` without it, and ``Module.bind``
+    refuses the float64 ``provide_data`` before that).
+
+    Batches hold NDArrays on ``sg.cpu(0)``, as MXNet's: the arrays are
+    copied there once, at the first batch, and each batch's rows are
+    gathered there by one compiled program (``getindex()`` gives their
+    positions in the data).
 
     ``part_index``/``num_parts`` (training in several processes): the
     iterator walks the batches of ``batch_size * num_parts`` samples that
@@ -218,6 +279,8 @@ class NDArrayIter(DataIter):
         if last_batch_handle not in LAST_BATCH_HANDLES:
             raise TrainError(f"NDArrayIter: last_batch_handle={last_batch_handle!r}; use one "
                              f"of {', '.join(LAST_BATCH_HANDLES)}")
+        if dtype is not None:
+            dtype = require_storable(dtype, "NDArrayIter", error=TrainError)
         self.data = _named_arrays(data, data_name, dtype, "data")
         if not self.data:
             raise TrainError("NDArrayIter needs at least one data array")
@@ -237,6 +300,7 @@ class NDArrayIter(DataIter):
         if seed is None:
             seed = int(np.random.randint(0, 2 ** 31 - 1))
         self.seed = int(seed)
+        self._on_device = None  # the arrays on cpu(0), from the first batch on
         self.epoch = 0
         self._leftover = np.zeros(0, np.int64)
         self._start_epoch()
@@ -298,16 +362,41 @@ class NDArrayIter(DataIter):
         self._cursor = end
         return True
 
-    def _take(self, arrays) -> list:
+    def _take(self) -> list:
+        """The current batch's rows of every array (data, then labels), NDArrays."""
         if self._batch_idx is None:
             raise TrainError("NDArrayIter: no current batch; call next() first")
-        return [a[self._batch_idx] for a in arrays.values()]
+        if self._on_device is None:
+            self._place()
+        idx = self._batch_idx.astype(np.int32 if self.num_data < 2 ** 31 else np.int64)
+        return [NDArray(a) for a in _gather(self._on_device, idx)]
+
+    def _place(self) -> None:
+        """Copies the arrays to cpu(0) once; ``data``/``label`` then hold
+        host views of those buffers (no second copy kept)."""
+        arrays = [*self.data.items(), *self.label.items()]
+        for name, a in arrays:  # an NDArray cannot hold 64 bits without x64
+            require_storable(a.dtype, f"NDArrayIter: '{name}'", error=TrainError)
+        placed = jax.device_put([a for _, a in arrays], batch_device())
+        for names, on_device in ((self.data, placed[:len(self.data)]),
+                                 (self.label, placed[len(self.data):])):
+            for k, d in zip(list(names), on_device):
+                names[k] = np.asarray(d)  # a view of the buffer on cpu(0)
+        self._on_device = placed
+
+    def next(self) -> DataBatch:
+        if not self.iter_next():
+            raise StopIteration
+        arrays = self._take()  # data and labels in one program
+        n = len(self.data)
+        return DataBatch(arrays[:n], arrays[n:] or None, self.getpad(), self.getindex(),
+                         provide_data=self.provide_data, provide_label=self.provide_label)
 
     def getdata(self):
-        return self._take(self.data)
+        return self._take()[:len(self.data)]
 
     def getlabel(self):
-        return self._take(self.label) if self.label else None
+        return self._take()[len(self.data):] if self.label else None
 
     def getpad(self) -> int:
         return self._pad

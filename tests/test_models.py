@@ -32,6 +32,10 @@ PUBLISHED = {
     "resnet-v1-50": (25_557_032, None), "resnet-v1-101": (44_549_160, None),
     "resnet-v1-152": (60_192_808, None),
     "mlp": (109_386, None),  # 784*128+128 + 128*64+64 + 64*10+10
+    # convolutions 3*64*9 + 64*128*9 + 2*128*128*9 + 128*256*9 + 256*512*9 +
+    # 2*512*512*9 = 6,563,520; BN gamma/beta 2*(64+3*128+256+3*512) = 4,480;
+    # fc 512*10 (no bias) = 5,120 -- the recipe's 6.57M
+    "resnet9-dawn": (6_573_120, None),
 }
 
 # ResNet v2 moves BatchNorm: per unit one BN over the unit's input (instead of
@@ -83,7 +87,7 @@ def test_alexnet_at_227_has_the_usually_published_count():
     ("alexnet", 224, 1000), ("vgg16", 224, 1000), ("vgg11-bn", 224, 1000),
     ("googlenet", 224, 1000), ("inception-bn", 224, 1000), ("inception-v3", 299, 1000),
     ("resnet-50", 224, 1000), ("resnet-v1-18", 224, 1000), ("resnet-cifar-20", 32, 10),
-    ("mlp", 28, 10)])
+    ("mlp", 28, 10), ("resnet9-dawn", 32, 10)])
 def test_shapes_infer_at_the_classic_size(name, size, classes):
     net = get_model(name)
     shapes = data_shapes(name, 2)
@@ -96,7 +100,8 @@ def test_shapes_infer_at_the_classic_size(name, size, classes):
 
 
 @pytest.mark.parametrize("name", ["alexnet", "vgg16-bn", "googlenet", "inception-bn",
-                                  "inception-v3", "resnet-18", "resnet-v1-50", "mlp"])
+                                  "inception-v3", "resnet-18", "resnet-v1-50", "mlp",
+                                  "resnet9-dawn"])
 def test_json_round_trip(name):
     net = get_model(name)
     text = net.tojson()
@@ -133,6 +138,46 @@ def test_names_follow_mxnet_example_symbols():
             assert p in args, (name, p)
     aux = get_model("resnet-50").list_auxiliary_states()
     assert aux[0] == "bn_data_moving_mean" and "bn1_moving_var" in aux
+
+
+def test_resnet9_dawn_layers_scale_and_label_smoothing():
+    """The DAWNBench ResNet-9: conv-BN-ReLU blocks with learned gamma, max
+    pools, residual adds after layers 1 and 3, a global max pool, a
+    bias-free classifier scaled by 0.125 and smooth_alpha 0.2 by default --
+    all of it in the MXNet symbol JSON."""
+    net = get_model("resnet9-dawn")
+    nodes = {n["name"]: n for n in json.loads(net.tojson())["nodes"]}
+    assert nodes["fc_scale"]["op"] == "_mul_scalar"
+    assert float(nodes["fc_scale"]["attrs"]["scalar"]) == 0.125
+    assert nodes["fc"]["attrs"]["no_bias"] == "True"
+    assert float(nodes["softmax"]["attrs"]["smooth_alpha"]) == 0.2
+    assert nodes["pool"]["attrs"]["global_pool"] == "True"
+    assert nodes["pool"]["attrs"]["pool_type"] == "max"
+    assert nodes["layer1_add"]["op"] == nodes["layer3_add"]["op"] == "elemwise_add"
+    assert "layer2_add" not in nodes
+    assert all(nodes[f"{b}_bn"]["attrs"]["fix_gamma"] == "False"
+               for b in ("prep", "layer1", "layer1_res1", "layer2", "layer3_res2"))
+    shapes = parameter_shapes(net, (3, 32, 32))
+    assert shapes["prep_conv_weight"] == (64, 3, 3, 3)
+    assert shapes["layer1_res2_conv_weight"] == (128, 128, 3, 3)
+    assert shapes["layer3_conv_weight"] == (512, 256, 3, 3)
+    assert shapes["fc_weight"] == (10, 512) and "fc_bias" not in shapes
+    # the residual input is the pooled value: 16x16 after layer 1, 4x4 after layer 3
+    internals = net.get_internals()
+    _, outs, _ = internals.infer_shape(data=(2, 3, 32, 32))
+    by_name = dict(zip(internals.list_outputs(), outs))
+    assert by_name["layer1_add_output"] == (2, 128, 16, 16)
+    assert by_name["layer3_add_output"] == (2, 512, 4, 4)
+    assert by_name["pool_output"] == (2, 512, 1, 1)
+    # an option of the builder, and a refused option elsewhere
+    plain = get_model("resnet9-dawn", smooth_alpha=0.0, num_classes=100)
+    node = {n["name"]: n for n in json.loads(plain.tojson())["nodes"]}["softmax"]
+    assert float(node["attrs"]["smooth_alpha"]) == 0.0
+    assert plain.infer_shape(data=(1, 3, 32, 32))[1] == [(1, 100)]
+    with pytest.raises(ModelError, match="takes no options"):
+        get_model("mlp", smooth_alpha=0.1)
+    with pytest.raises(ModelError, match="bad option"):
+        get_model("resnet9-dawn", smoothing=0.1)
 
 
 def test_resnet_shortcuts_v1_as_the_papers_v2_as_mxnet():

@@ -31,9 +31,9 @@ def ref_step(name, hp, w, g, state, lr, wd, t):
         return w + mom, [mom]
     if name == "nag":
         m = hp["momentum"]
-        gg = _clip(rs * g, c) + wd * w
-        mom = m * state[0] + gg
-        return w - lr * (gg + m * mom), [mom]
+        gg = _clip(rs * g, c) + wd * w          # MXNet's nag_mom_update (1.6 to 2.x)
+        mom = m * state[0] - lr * gg
+        return w + m * mom - lr * gg, [mom]
     if name in ("adam", "adamw"):
         b1, b2, eps = hp.get("beta1", 0.9), hp.get("beta2", 0.999), hp.get("epsilon", 1e-8)
         gg = _clip(rs * g + wd * w, c) if name == "adam" else _clip(rs * g, c)

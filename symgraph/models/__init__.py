@@ -24,7 +24,8 @@ from typing import Callable
 from ..errors import SymgraphError
 from ..ops.registry import numel
 from ..symbol import NameManager, Symbol
-from . import alexnet, convnet, googlenet, inception_bn, inception_v3, mlp, resnet, vgg
+from . import (alexnet, convnet, googlenet, inception_bn, inception_v3, mlp, resnet, resnet9,
+               vgg)
 
 
 class ModelError(SymgraphError):
@@ -73,6 +74,9 @@ _add("mlp", lambda c, s: mlp.get_symbol(c, s), "MLP 128-64, MNIST-sized",
 _add("convnet", lambda c, s: convnet.get_symbol(c, s),
      "two conv/BN/ReLU/pool stages and a classifier (docs/cli.md's pictures)",
      image_shape=(3, 32, 32), num_classes=10)
+_add("resnet9-dawn", lambda c, s, **kw: resnet9.get_symbol(c, s, **kw),
+     "ResNet-9 of the DAWNBench CIFAR-10 recipe (option: smooth_alpha=0.2)",
+     image_shape=(3, 32, 32), num_classes=10)
 
 # any depth: resnet-N, resnet-v1-N, resnet-cifar-N, resnet-v1-cifar-N
 _RESNET_NAME = re.compile(r"^resnet-(v1-)?(cifar-)?(\d+)$")
@@ -103,13 +107,16 @@ def model_info(name: str) -> ModelInfo:
     raise ModelError(f"unknown model '{name}'{hint} (`symgraph zoo` lists the names)")
 
 
-def get_model(name: str, num_classes: int | None = None, image_shape=None) -> Symbol:
+def get_model(name: str, num_classes: int | None = None, image_shape=None,
+              **options) -> Symbol:
     """The network ``name`` as a Symbol ending in ``SoftmaxOutput`` ('softmax').
 
     ``num_classes`` and ``image_shape`` (C, H, W) default to the model's own
     (1000 classes at 3x224x224 for the ImageNet nets). ``image_shape``
     changes the structure where MXNet's files do (CIFAR-style ResNet at a
     height of 32 or less, the small Inception-BN at 28 or less).
+    ``options`` go to a builder that takes them (``resnet9-dawn``:
+    ``smooth_alpha``); a model without options refuses any.
     """
     info = model_info(name)
     classes = info.num_classes if num_classes is None else int(num_classes)
@@ -118,8 +125,20 @@ def get_model(name: str, num_classes: int | None = None, image_shape=None) -> Sy
     shape = info.image_shape if image_shape is None else parse_image_shape(image_shape)
     # a fresh name manager: automatic names (convolution0 ...) start from 0,
     # as they do when MXNet's example script builds the net
+    if options:
+        import inspect
+        params = inspect.signature(info.build).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            raise ModelError(f"model '{name}' takes no options, got "
+                             f"{', '.join(sorted(options))}")
     with NameManager():
-        return info.build(classes, shape)
+        try:
+            return info.build(classes, shape, **options)
+        except TypeError as err:
+            if not options:
+                raise
+            raise ModelError(f"model '{name}': bad option(s) {', '.join(sorted(options))}: "
+                             f"{err}") from None
 
 
 def parse_image_shape(value) -> tuple:
@@ -156,7 +175,7 @@ def is_input(name: str) -> bool:
 def parameter_shapes(net: Symbol, image_shape, batch_size: int = 1) -> dict:
     """``{name: shape}`` of every learnable argument, in argument order."""
     shapes = {"data": (batch_size, *parse_image_shape(image_shape))}
-    arg_shapes, _, _ = net.infer_shape(**shapes)
+    arg_shapes, _, _ = net._infer_shape_or_raise(**shapes)  # names what is missing
     return {n: tuple(s) for n, s in zip(net.list_arguments(), arg_shapes) if not is_input(n)}
 
 

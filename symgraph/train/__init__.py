@@ -9,7 +9,9 @@ The parts, each a module of its own (and an ``sg.<name>`` attribute):
 ``module`` (Module, checkpoints), ``optimizer``, ``lr_scheduler``,
 ``initializer`` (``sg.init``), ``metric``, ``callback``, ``io`` (data
 iterators), ``step`` (the compiled training programs) and ``checkpoint``
-(the ``.params`` file format). Data parallelism and the KVStore live in
+(the ``.params`` file format); for fast CIFAR-10, ``cifar`` (the data in
+memory as uint8), ``augment`` (crop, flip and cutout on the device) and
+``ema`` (the Module's moving average of the weights). Data parallelism and the KVStore live in
 ``symgraph.parallel``.
 """
 from ..errors import SymgraphError

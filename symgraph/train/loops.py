@@ -35,6 +35,23 @@ def _refuse_given(what: str, value, why: str) -> None:
         raise TrainError(f"{what}={value!r} is not supported: {why}")
 
 
+def _flipped(batch, data_names):
+    """A copy of ``batch`` whose 4-D data arrays (NCHW images) are mirrored
+    left-right; other arrays and the labels unchanged."""
+    from .io import DataBatch
+
+    def flip(x):
+        if isinstance(x, NDArray):
+            x = x.data
+        return x[..., ::-1] if np.ndim(x) == 4 else x
+
+    if isinstance(batch, dict):  # arrays by input name
+        return {k: flip(v) if k in data_names else v for k, v in batch.items()}
+    data = [flip(x) for x in _as_list(batch.data)]
+    return DataBatch(data, batch.label, batch.pad, batch.index, batch.bucket_key,
+                     provide_data=batch.provide_data, provide_label=batch.provide_label)
+
+
 class Loops:
     """``fit``/``score``/``iter_predict``/``predict`` for a class with the
     Module's state and step methods (``Module`` is the one)."""
@@ -122,9 +139,12 @@ class Loops:
 
     def score(self, eval_data, eval_metric, num_batch=None, batch_end_callback=None,
               score_end_callback=None, reset: bool = True, epoch: int = 0,
-              sparse_row_id_fn=None):
+              sparse_row_id_fn=None, tta_flip: bool = False, use_ema=None):
         """Runs inference over ``eval_data``; returns the metric's
-        ``[(name, value)]``."""
+        ``[(name, value)]``. ``tta_flip``: the outputs are the mean of the
+        net's outputs on the images and on their horizontal flips;
+        ``use_ema``: with ``Module(ema_decay=)``, False evaluates the
+        weights themselves instead of their moving average."""
         _refuse_given("sparse_row_id_fn", sparse_row_id_fn, "symgraph has no sparse arrays")
         self._check_params("score")
         if reset:
@@ -135,7 +155,7 @@ class Loops:
         for nbatch, batch in enumerate(eval_data):
             if num_batch is not None and nbatch == num_batch:
                 break
-            self.forward(batch, is_train=False)
+            self._infer_forward(batch, tta_flip, use_ema)
             self.update_metric(eval_metric, batch.label)
             if batch_end_callback is not None:
                 params = cb.BatchEndParam(epoch=epoch, nbatch=nbatch, eval_metric=eval_metric,
@@ -149,28 +169,55 @@ class Loops:
                 callback(params)
         return eval_metric.get_global_name_value()
 
-    def iter_predict(self, eval_data, num_batch=None, reset: bool = True):
-        """Yields ``(outputs without padding, batch index, batch)``."""
+    def _infer_forward(self, batch, tta_flip: bool = False, use_ema=None) -> None:
+        """``forward(batch, is_train=False)``; with ``tta_flip`` the outputs
+        become the mean of the outputs on the batch and on its images
+        flipped left-right (the last axis of every 4-D data array: W of
+        NCHW); ``use_ema`` False reads the weights, not their average."""
+        before = getattr(self, "_use_ema", True)
+        if use_ema is not None:
+            if use_ema and getattr(self, "_ema", None) is None:
+                raise TrainError("use_ema=True: the module keeps no average of the weights "
+                                 "(Module(..., ema_decay=0.99))")
+            self._use_ema = bool(use_ema)
+        try:
+            self.forward(batch, is_train=False)
+            if tta_flip:
+                plain = list(self._outputs)
+                self.forward(_flipped(batch, self._data_names), is_train=False)
+                self._outputs = [(a + b) / 2 for a, b in zip(plain, self._outputs)]
+        finally:
+            self._use_ema = before
+
+    def iter_predict(self, eval_data, num_batch=None, reset: bool = True,
+                     tta_flip: bool = False, use_ema=None):
+        """Yields ``(outputs without padding, batch index, batch)``
+        (``tta_flip``, ``use_ema``: as ``score``)."""
         self._check_params("iter_predict")
         if reset:
             eval_data.reset()
         for nbatch, batch in enumerate(eval_data):
             if num_batch is not None and nbatch == num_batch:
                 break
-            self.forward(batch, is_train=False)
+            self._infer_forward(batch, tta_flip, use_ema)
             pad = batch.pad or 0
             outs = [NDArray(o[: o.shape[0] - pad] if o.ndim else o) for o in self._outputs]
             yield outs, nbatch, batch
 
     def predict(self, eval_data, num_batch=None, merge_batches: bool = True,
-                reset: bool = True, always_output_list: bool = False):
+                reset: bool = True, always_output_list: bool = False,
+                tta_flip: bool = False, use_ema=None):
         """The outputs over ``eval_data``, concatenated across batches
-        (padding removed); one NDArray for a one-output net."""
+        (padding removed); one NDArray for a one-output net. ``tta_flip``:
+        each output the mean of the net's outputs on the images and their
+        horizontal flips (for a softmax, the mean of the probabilities);
+        ``use_ema``: as ``score``."""
         if isinstance(eval_data, (np.ndarray, NDArray, jax.Array)):
             from .io import NDArrayIter
             eval_data = NDArrayIter(eval_data, batch_size=self._data_shapes[0].shape[0]
                                     if self._data_shapes else 1)
-        outputs = [outs for outs, _, _ in self.iter_predict(eval_data, num_batch, reset)]
+        outputs = [outs for outs, _, _ in self.iter_predict(eval_data, num_batch, reset,
+                                                            tta_flip, use_ema)]
         if not outputs:
             return []
         if not merge_batches:

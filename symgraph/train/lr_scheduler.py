@@ -6,7 +6,8 @@ count (MXNet's keep a running state), so asking twice or resuming from a
 checkpoint gives the same rate. ``num_update`` counts updates from 1, as
 the optimizer does. Every schedule can start with a warmup of
 ``warmup_steps`` updates, linear from ``warmup_begin_lr`` to ``base_lr`` or
-constant at ``warmup_begin_lr``.
+constant at ``warmup_begin_lr``. ``PiecewiseLinearScheduler`` (not in
+MXNet) is linear between given knots, as the DAWNBench CIFAR-10 recipe's.
 
     sched = sg.lr_scheduler.FactorScheduler(step=100, factor=0.5)
     sg.mod.Module(net).fit(it, optimizer_params={'learning_rate': 0.1,
@@ -157,3 +158,69 @@ class WarmupScheduler(LRScheduler):
 
     def after_warmup(self, num_update):
         return self.scheduler(num_update)
+
+
+class PiecewiseLinearScheduler(LRScheduler):
+    """The rate linear between knots: ``knots_lrs[i]`` at update count
+    ``knots_updates[i]``, straight lines between them, the first rate before
+    the first knot and the last after the last (NumPy's ``interp``).
+
+        # up from 0 to 0.4 over the first fifth of 1000 updates, down to 0 at the end
+        sched = PiecewiseLinearScheduler([0, 200, 1000], [0.0, 0.4, 0.0])
+        sched = PiecewiseLinearScheduler.triangle(1000, 0.4)    # the same
+
+    ``knots_updates`` must increase (update counts, the first update being
+    1). The knots are the rates themselves, and ``base_lr`` is their peak:
+    an optimizer given another ``learning_rate`` sets ``base_lr`` to it,
+    which scales every knot by ``learning_rate / peak`` (the shape kept).
+    No separate warmup: a rising first segment is one."""
+
+    def __init__(self, knots_updates, knots_lrs):
+        xs = [float(v) for v in knots_updates]
+        ys = [float(v) for v in knots_lrs]
+        if not xs or len(xs) != len(ys):
+            raise TrainError(f"PiecewiseLinearScheduler: knots_updates and knots_lrs need the "
+                             f"same non-zero length, got {len(xs)} and {len(ys)}")
+        if any(b <= a for a, b in zip(xs, xs[1:])) or xs[0] < 0:
+            raise TrainError(f"PiecewiseLinearScheduler: knots_updates must be increasing "
+                             f"update counts from 0 up, got {list(knots_updates)}")
+        if any(y < 0 or not math.isfinite(y) for y in ys) or max(ys) <= 0:
+            raise TrainError(f"PiecewiseLinearScheduler: knots_lrs must be finite, not "
+                             f"negative, and one of them positive, got {list(knots_lrs)}")
+        self.knots_updates = xs
+        self.knots_lrs = ys
+        super().__init__(max(ys))
+
+    @classmethod
+    def triangle(cls, max_update: int, peak_lr: float, peak_at: float = 0.2,
+                 start_lr: float = 0.0, final_lr: float = 0.0) -> "PiecewiseLinearScheduler":
+        """Linear from ``start_lr`` at update 0 up to ``peak_lr`` at
+        ``peak_at * max_update``, then down to ``final_lr`` at ``max_update``
+        (the DAWNBench CIFAR-10 schedule: up over the first fifth, down to 0)."""
+        if max_update < 1 or not 0 < peak_at < 1:
+            raise TrainError(f"PiecewiseLinearScheduler.triangle: need max_update >= 1 and "
+                             f"0 < peak_at < 1, got {max_update}, {peak_at}")
+        return cls([0, peak_at * max_update, max_update], [start_lr, peak_lr, final_lr])
+
+    @property
+    def base_lr(self):
+        return max(self.knots_lrs)
+
+    @base_lr.setter
+    def base_lr(self, value):
+        if not hasattr(self, "knots_lrs"):  # LRScheduler.__init__
+            return
+        value = float(value)
+        peak = max(self.knots_lrs)
+        if value != peak:
+            self.knots_lrs = [y * value / peak for y in self.knots_lrs]
+
+    def after_warmup(self, num_update):
+        xs, ys = self.knots_updates, self.knots_lrs
+        t = float(num_update)
+        if t <= xs[0]:
+            return ys[0]
+        for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+            if t <= x1:
+                return y0 + (y1 - y0) * (t - x0) / (x1 - x0)
+        return ys[-1]

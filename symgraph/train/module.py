@@ -52,6 +52,7 @@ from . import initializer as init_mod
 from . import optimizer as opt_mod
 from .checkpoint import (load_checkpoint, load_params_file, params_path,
                          save_checkpoint, save_params_file, split_arg_aux)
+from .ema import WeightEMA, ema_path
 from .io import DataBatch, DataDesc, as_descs
 from .loops import Loops, _as_list, _refuse_given
 from .step import LOSS_SCALE_STATE, DynamicLossScale, TrainPrograms, batch_signature, \
@@ -102,6 +103,10 @@ class Module(Loops):
     step. ``recompute``: the recompute
     set or algorithm ('mirror', 'sqrt', 'solver', or forward node names),
     with or without a budget (``sg.plan``'s ``recompute``).
+    ``ema_decay``/``ema_every``: keep a moving average of the trained
+    parameters and aux states, blended every ``ema_every`` updates
+    (``train/ema.py``); inference (``score``, ``predict``, ``forward`` not
+    in training) then uses it, ``use_ema=False`` the weights themselves.
     """
 
     def __init__(self, symbol, data_names=("data",), label_names=("softmax_label",),
@@ -109,7 +114,7 @@ class Module(Loops):
                  state_names=None, group2ctxs=None, compression_params=None,
                  compute_dtype: str = "float32", loss_scale=1.0, seed: int = 0,
                  memory_measures="auto", memory_budget=None, recompute=None,
-                 allow_over_budget: bool = False):
+                 allow_over_budget: bool = False, ema_decay=None, ema_every: int = 1):
         self.symbol = symbol
         # symgraph's logger (log.py): fit's lines show without configuring logging
         self.logger = logger if logger is not None else get_logger()
@@ -190,6 +195,9 @@ class Module(Loops):
         self._saved = None
         self._last_pad = 0
         self._infer_count = 0
+        # a moving average of the weights (train/ema.py); None without ema_decay
+        self._ema = None if ema_decay is None else WeightEMA(ema_decay, ema_every)
+        self._use_ema = True  # inference reads the average (score/predict: use_ema=)
 
     # -- names and shapes -----------------------------------------------------------
     @property
@@ -402,6 +410,8 @@ class Module(Loops):
         arg = fill(self._param_names, have_arg, arg_params)
         aux = fill(self._aux_names, have_aux, aux_params)
         self._place_params(arg, aux)
+        if self._ema is not None:  # new weights: the average starts from them
+            self._ema.reset()
 
     def set_params(self, arg_params, aux_params=None, allow_missing: bool = False,
                    force_init: bool = True, allow_extra: bool = False):
@@ -423,6 +433,31 @@ class Module(Loops):
             self._check_params("get_params")
             arg, aux = self._host_params()
         return ({k: NDArray(np.array(v)) for k, v in arg.items()},
+                {k: NDArray(np.array(v)) for k, v in aux.items()})
+
+    def _infer_weights(self) -> tuple[dict, dict]:
+        """The trained parameters and aux states inference reads: the moving
+        average with ``ema_decay`` (unless ``use_ema=False``), else the
+        weights themselves (also before the first update)."""
+        if self._ema is not None and self._use_ema:
+            avg = self._ema.current(self._params, self._aux, self._devices)
+            if avg is not None:
+                return avg
+        return self._params, self._aux
+
+    def get_ema_params(self) -> tuple[dict, dict]:
+        """``(arg_params, aux_params)`` as ``get_params`` but with the moving
+        average of the trained parameters and aux states (fixed parameters
+        as they are); the weights themselves before the first update."""
+        if self._ema is None:
+            raise TrainError("get_ema_params: the module keeps no average; create it with "
+                             "Module(..., ema_decay=0.99)")
+        self._check_params("get_ema_params")
+        avg = self._ema.current(self._params, self._aux, self._devices)
+        arg, aux = avg if avg is not None else (self._params, self._aux)
+        arg = {**{k: np.asarray(v) for k, v in self._fixed.items()},
+               **{k: np.asarray(v) for k, v in arg.items()}}
+        return ({k: NDArray(np.array(arg[k])) for k in self._param_names},
                 {k: NDArray(np.array(v)) for k, v in aux.items()})
 
     # -- optimizer ---------------------------------------------------------------------------
@@ -590,8 +625,8 @@ class Module(Loops):
         """The batch with its arrays already on this module's devices (what
         the prefetching iterator runs ahead on its thread)."""
         arrays = self._place_batch(data_batch, need_labels=need_labels)
-        batch = DataBatch([arrays[n] for n in self._data_names],
-                          [arrays[n] for n in self._label_names], data_batch.pad,
+        batch = DataBatch([NDArray(arrays[n]) for n in self._data_names],
+                          [NDArray(arrays[n]) for n in self._label_names], data_batch.pad,
                           data_batch.index, data_batch.bucket_key,
                           provide_data=[(n, arrays[n].shape) for n in self._data_names],
                           provide_label=[(n, arrays[n].shape) for n in self._label_names])
@@ -627,6 +662,8 @@ class Module(Loops):
             wrt = self._trainable + (self._data_names if self.inputs_need_grad else [])
             t = self._count()
             prog = self._programs.forward_train(sig, wrt)
+            if self._ema is not None and self.optimizer_initialized:  # before aux changes
+                self._ema.begin(self._params, self._aux, self._devices)
             outs, saved, self._aux = prog(self._params, self._aux, self._fixed, batch, t,
                                           self._key)
             self._saved = (sig, wrt, batch, saved, t)
@@ -640,15 +677,17 @@ class Module(Loops):
         batch = next(iter(arrays.values())).shape[0]
         n = self._devices.n_local
         extra = (-batch) % n
-        if extra:  # inference may take any batch size: pad to split evenly
-            arrays = {k: np.concatenate([np.asarray(v), np.repeat(np.asarray(v)[-1:], extra, 0)])
-                      for k, v in arrays.items()}
+        if extra:  # inference may take any batch size: pad to split evenly (where v lies)
+            arrays = {k: (jax.numpy if isinstance(v, jax.Array) else np).concatenate(
+                [v, (jax.numpy if isinstance(v, jax.Array) else np).repeat(v[-1:], extra, 0)])
+                for k, v in arrays.items()}
         placed = self._devices.put_batch(arrays)
         sig = batch_signature(placed)
         prog = self._programs.infer(sig)
         self._infer_count += 1
-        outs = prog(self._params, self._aux, self._fixed, placed,
-                    self._scalar(self._infer_count), self._key)
+        params, aux = self._infer_weights()
+        outs = prog(params, aux, self._fixed, placed, self._scalar(self._infer_count),
+                    self._key)
         outs = [self._devices.local_value(o) for o in outs]
         if extra:
             info = self._programs._outputs_info(sig)
@@ -696,8 +735,12 @@ class Module(Loops):
             raise TrainError("update() needs backward() first")
         lr, t = self._optimizer.begin_update()
         prog = self._programs.update(self._optimizer)
+        if self._ema is not None:
+            self._ema.begin(self._params, self._aux, self._devices)
         self._params, self._opt_states = prog(self._params, self._grads, self._opt_states,
                                               self._scalar(lr), self._scalar(t))
+        if self._ema is not None:
+            self._ema.after(t, self._params, self._aux)
         if self._devices.processes > 1:  # as train_step: wait for each step across processes
             jax.block_until_ready(self._params)
         if any(self._grad_req.get(k) == "add" for k in self._grads):
@@ -716,9 +759,13 @@ class Module(Loops):
         self._last_pad = getattr(data_batch, "pad", 0) or 0
         lr, t = self._optimizer.begin_update()
         prog = self._programs.step(sig, self._optimizer)
+        if self._ema is not None:
+            self._ema.begin(self._params, self._aux, self._devices)
         self._params, self._opt_states, self._aux, outs = prog(
             self._params, self._opt_states, self._aux, self._fixed, batch, self._scalar(lr),
             self._scalar(t), self._key)
+        if self._ema is not None:
+            self._ema.after(t, self._params, self._aux)
         if self._devices.processes > 1:
             # a multi-process loop on CPU deadlocked unless each step was waited for
             jax.block_until_ready(self._params)
@@ -772,6 +819,8 @@ class Module(Loops):
         compute dtype is cast inside the compiled program)."""
         arg, aux = self._host_params() if self.binded else self._pending
         save_checkpoint(prefix, epoch, self.symbol, arg, aux)
+        if self._ema is not None:  # the average beside: prefix-%04d.ema.params
+            self._ema.save(prefix, epoch)
         if save_optimizer_states:
             self.save_optimizer_states(states_path(prefix, epoch))
 
@@ -782,6 +831,8 @@ class Module(Loops):
         net, arg, aux = load_checkpoint(prefix, epoch)
         mod = Module(symbol=net, **kwargs)
         mod.set_params(arg, aux)
+        if mod._ema is not None and os.path.exists(ema_path(prefix, epoch)):
+            mod._ema.load(ema_path(prefix, epoch))  # Module(ema_decay=): the saved average
         if load_optimizer_states:
             path = states_path(prefix, epoch)
             if not os.path.exists(path):

@@ -269,15 +269,19 @@ class SGD(Optimizer):
 
 @register
 class NAG(SGD):
-    """Nesterov momentum, MXNet's rule: ``g' = g + wd*w;
-    mom = momentum*mom + g'; w -= lr*(g' + momentum*mom)``."""
+    """Nesterov momentum, MXNet's ``nag_mom_update`` (MXNet 1.6 to 2.x):
+    ``g' = g + wd*w; mom = momentum*mom - lr*g'; w += momentum*mom - lr*g'``
+    -- weight decay in both the momentum and the step, the rate inside the
+    momentum as SGD's. (MXNet 1.5's kernel kept ``mom = momentum*mom + g'``
+    and ``w -= lr*(g + momentum*mom)``, the decay only in the momentum;
+    for a constant rate without decay the two agree.)"""
 
     def step(self, weight, grad, state, lr, wd, t):
         if self.momentum == 0.0:
             return super().step(weight, grad, state, lr, wd, t)
         g = self._preprocess(grad) + wd * weight
-        mom = self.momentum * state[0] + g
-        return weight - lr * (g + self.momentum * mom), (mom,)
+        mom = self.momentum * state[0] - lr * g
+        return weight + self.momentum * mom - lr * g, (mom,)
 
 
 Optimizer.opt_registry["nesterov"] = NAG

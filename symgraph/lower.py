@@ -176,7 +176,8 @@ class JaxInterpreter(Interpreter):
     """Evaluates each node with its op's JAX lowering; collects aux updates."""
 
     def __init__(self, graph: Graph, is_train: bool, key=None, anchor: str | None = None,
-                 wgrad_chunks: int = 1, wgrad_first: bool = False, anchor_tie: str = "add"):
+                 wgrad_chunks: int = 1, wgrad_first: bool = False, anchor_tie: str = "add",
+                 inferred=None):
         super().__init__(graph)
         if anchor_tie not in ANCHOR_TIES:
             raise SymgraphError(f"anchor_tie={anchor_tie!r}; use one of "
@@ -194,6 +195,10 @@ class JaxInterpreter(Interpreter):
         self.wgrad_first = wgrad_first
         self.aux_updates: dict[str, object] = {}
         self._clones = _CloneAnchors(graph)
+        # shapes for ops that ask (``LowerCtx.out_shape``): given, or inferred
+        # from the feeds when first asked
+        self._inferred = inferred
+        self._feed_shapes: dict = {}
 
     def order(self, needed):
         return self._clones.order(needed)
@@ -231,7 +236,6 @@ class JaxInterpreter(Interpreter):
     def run(self, feeds: dict) -> list:
         names = {n.name for n in self.graph.variables}
         self._feed_shapes = {k: tuple(v.shape) for k, v in feeds.items() if k in names}
-        self._inferred = None
         return super().run(feeds)
 
     def _out_shapes_of(self, node) -> list:

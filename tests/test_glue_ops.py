@@ -417,6 +417,9 @@ def test_a_zero_dimension_is_given_by_the_consumer():
     ex = y.simple_bind(sg.cpu(), grad_req="null", data=(4, 3))
     got = ex.forward(data=sg.nd.array(np.arange(12).reshape(4, 3)))[0].asnumpy()
     np.testing.assert_array_equal(got, np.arange(12).reshape(4, 3) * 2 + 1)
+    # the arena interpreter runs it from the plan's shapes
+    plan = sg.plan(S.MakeLoss(y), {"data": (4, 3)}, train=True, wrt=["data"], execute=True)
+    assert plan.verified and plan.arena_checked
     # what no consumer gives stays unknown: one clear error
     lonely = S.Group([x * 2, S._zeros(shape=(0, 3), name="lonely")])
     with pytest.warns(UserWarning, match="cannot infer the output shape of node 'lonely'"):

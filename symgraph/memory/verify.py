@@ -263,7 +263,7 @@ class ArenaInterpreter(JaxInterpreter):
 
     def __init__(self, live: Liveness, offset, total: int, is_train: bool, key=None,
                  check_reads: bool = True, chunks: int = 4):
-        super().__init__(live.graph, is_train, key)
+        super().__init__(live.graph, is_train, key, inferred=live.inferred)
         self.live = live
         self.offset = [int(o) for o in offset]
         self.total = int(total)

@@ -42,9 +42,27 @@ with a clip (MXNet ignores it without one).
 
 Each layer and direction is one ``jax.lax.scan`` over time (the reverse
 direction a reverse scan), after one product of the i2h weight with every
-step's input. The backward (``_backward_RNN``) reads the output gradients,
-the inputs and the dropout mask (never the outputs) and is ``jax.vjp`` of
-that same forward, which it recomputes.
+step's input.
+
+What the backward needs is a node output, so the plan counts it (MXNet's
+fused RNN keeps it in its reserve space, which its planner never sees): in
+training the hidden output ``reserve``, (slabs, seq_len, batch, H), stacks
+the output of every layer but the last (before dropout; the next layer's
+input is it times the mask) and, for lstm, the cell state after every step
+of every layer (``_reserve_slabs``); the last layer's outputs are the
+visible ``output``, not kept twice. One layer of rnn_relu, rnn_tanh or gru
+has nothing to keep and no reserve. In inference the reserve is zeros that
+nothing reads (XLA drops them; the plan counts them at the op's step, as it
+does Dropout's mask).
+
+The backward (``_backward_RNN``) reads the output gradients, the inputs,
+the output, the dropout mask and the reserve (never the last states) and
+runs, from the last layer down, one scan per layer and direction against
+the forward's order. Each step is ``jax.vjp`` of that one step's cell at
+(x_t, h_{t-1}, c_{t-1}, the weights): only that step's gates are recomputed,
+the state before it is the previous step's output (or the initial state),
+the weight gradients are summed in the carry, and the input gradients are
+the output gradients of the layer below. XLA keeps no per-step gates.
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@
     symgraph bench planner [ARGS ...]   (symgraph/bench/planner.py)
     symgraph bench train [ARGS ...]     (symgraph/bench/train.py)
     symgraph bench io [ARGS ...]        (symgraph/bench/io.py)
+    symgraph bench cifar [ARGS ...]     (symgraph/bench/cifar.py)
 
 Each writes JSON, a markdown table (and PNG charts) under a results
 folder: ``--out``, or ``./bench-results/NAME`` under the current folder
@@ -26,7 +27,9 @@ SCRIPTS = {"planner": ("planner", "time sg.plan on random DAGs, chains and ResNe
            "io": ("io", "images/s of ImageRecordIter beside Pillow and MXNet; data wait in "
                         "training"),
            "recompute": ("recompute", "memory against step time under budgets, per recompute "
-                                      "algorithm, beside jax.checkpoint and MXNet's mirror")}
+                                      "algorithm, beside jax.checkpoint and MXNet's mirror"),
+           "cifar": ("cifar", "the fast CIFAR-10 recipe's epoch beside plain JAX; data path "
+                              "share; the step's memory")}
 
 
 def add_arguments(parser) -> None:
@@ -55,7 +58,7 @@ def run(args) -> int:
     if args.bench in SCRIPTS:
         return script_main(SCRIPTS[args.bench][0])(list(args.args))
     from ..cli import UsageError
-    raise UsageError("symgraph bench: choose memory, planner, train, io or recompute")
+    raise UsageError("symgraph bench: choose memory, planner, train, io, recompute or cifar")
 
 
 def script_main(name: str):

@@ -17,7 +17,7 @@ HEADING = re.compile(r"^#{2,3} `symgraph ([a-z0-9 -]+)`\s*$", re.M)
 
 
 COMMANDS = ("plan", "max-batch", "viz", "zoo", "bench memory", "bench train", "bench planner",
-            "bench io", "bench recompute", "im2rec", "launch")
+            "bench io", "bench recompute", "bench cifar", "im2rec", "launch")
 COMMAND_LINE = re.compile(r"^\$? ?symgraph (bench [a-z]+|[a-z0-9-]+)\b(.*)$")
 
 
@@ -59,7 +59,8 @@ def test_every_command_has_a_section():
 
 
 @pytest.mark.parametrize("command", ["plan", "max-batch", "viz", "zoo", "bench memory", "bench train",
-                                     "bench io", "bench recompute", "im2rec", "launch"])
+                                     "bench io", "bench recompute", "bench cifar", "im2rec",
+                                     "launch"])
 def test_documented_options_exist_and_every_option_is_documented(command):
     documented = documented_options()[command]
     helped = help_text(command)

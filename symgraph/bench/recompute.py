@@ -4,6 +4,7 @@
         [--batch 32] [--fractions 1,0.75,0.5,0.35,0.25]
         [--algorithms mirror,sqrt,solver] [--time-batch B] [--steps 2] [--rounds 2]
         [--no-time] [--no-checkpoint] [--mxnet MXNET.json] [--out DIR] [--quick]
+        [--target cpu|h100|a100|a100-40gb|l4|FILE] [--compute-dtype float32|bfloat16]
 
 For each zoo net at ``--batch``: the training plan without recompute gives
 the internal bytes I0 and the rest of the total (arguments, gradients, aux
@@ -28,6 +29,21 @@ same two figures; and MXNet 1.9.1's mirror (``MXNET_BACKWARD_DO_MIRROR``)
 from ``benchmarks/results/memory/mxnet.json`` (MXNet's storage blocks for
 operator outputs, MiB, training at that batch), where it has the net.
 
+With ``--target`` naming a GPU description (``h100``, ``a100``, ``l4``, a
+GpuTargetConfig file; ``symgraph.targets``) every program is compiled
+*deviceless* for that GPU: nothing runs, so there are no step times
+(``--no-time`` is implied, and the output says so). Each budget then also
+gets XLA:GPU's own rematerialization at the same limit: the step without
+recompute compiled with ``xla_gpu_memory_limit_slop_factor`` set so XLA's
+limit is the budget (``xla.gpu_remat``: the largest integer factor whose
+limit is at most the budget), its footprint, whether it holds, and the
+FLOPs of the instructions it recomputed (counted from the optimized HLO
+text, as a share of the program without them); the ``jax.checkpoint`` rows
+are compiled for the target too, with their FLOPs counted the same way.
+``--compute-dtype bfloat16``: the Module's mixed precision (float32
+weights, bfloat16 compute), planned as a Module plans it (weights and aux
+states in the compute dtype); the hand-written net runs wholly in it.
+
 Writes ``results.json``, ``results.md`` and ``frontier.png`` atomically
 under ``--out``, by default ``./bench-results/recompute`` under the current
 folder (``recompute-quick`` with ``--quick``).
@@ -46,6 +62,7 @@ NETS = ("resnet-50", "resnet-152", "vgg16", "inception-v3")
 # the state the step keeps (xla.training_step: SGD with momentum 0.9), in the budget
 OPTIMIZER = "momentum"
 FRACTIONS = (1.0, 0.75, 0.5, 0.35, 0.25)
+COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 MIB = 2 ** 20
 
 
@@ -78,10 +95,27 @@ def parse_args(argv):
     p.add_argument("--mxnet", help="MXNet's figures (default: "
                    "benchmarks/results/memory/mxnet.json in a checkout, if there)")
     p.add_argument("--out", help="results folder (default ./bench-results/recompute, with "
-                   "--quick ./bench-results/recompute-quick, under the current folder)")
+                   "--quick ./bench-results/recompute-quick, recompute-TARGET for a GPU "
+                   "--target, under the current folder)")
     p.add_argument("--quick", action="store_true",
                    help="a smoke test: resnet-cifar-20 at batch 4, 32x32, fractions 1,0.5")
+    p.add_argument("--target", help="the device the programs are compiled for: cpu (default) "
+                   "or a GPU description (h100, a100, a100-40gb, l4, a GpuTargetConfig file) "
+                   "compiled deviceless -- nothing runs, so --no-time is implied -- with "
+                   "XLA:GPU's own rematerialization at each budget beside")
+    p.add_argument("--compute-dtype", default="float32", choices=COMPUTE_DTYPES,
+                   help="the Module's compute dtype (default float32)")
     args = p.parse_args(argv)
+    from .. import targets
+    try:
+        args.target = targets.get(args.target)
+    except targets.TargetError as err:
+        p.error(f"--target: {err}")
+    args.time_note = None
+    if args.target.deviceless:
+        args.time_note = (f"no step times: target {args.target.name} is a GPU description "
+                          f"compiled deviceless, nothing runs (--no-time implied)")
+        args.no_time = True
     try:
         args.fractions = _floats(args.fractions) if args.fractions else \
             ([1.0, 0.5] if args.quick else list(FRACTIONS))
@@ -100,7 +134,9 @@ def parse_args(argv):
     if min(args.batch, args.time_batch, args.steps, args.rounds) < 1:
         p.error("--batch, --time-batch, --steps and --rounds must be at least 1")
     if args.out is None:
-        args.out = default_out("recompute", args.quick)
+        name = "recompute" if args.target.backend == "cpu" else \
+            f"recompute-{os.path.basename(args.target.name)}"
+        args.out = default_out(name, args.quick)
     if args.mxnet is None:
         here = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
             os.path.abspath(__file__)))), "benchmarks", "results", "memory", "mxnet.json")
@@ -174,13 +210,26 @@ def _feed_handwritten(args, out):  # (loss, params, mom, state) for donated (0, 
     return [out[1], out[2], out[3], *args[3:]]
 
 
-def symgraph_step(net, shapes, names, segments="auto"):
+def symgraph_step(net, shapes, names, segments="auto", target=None, compute_dtype="float32"):
     """The Module's training step for ``net`` with ``names`` recomputed
-    (``segments`` as ``xla.training_step`` takes it)."""
+    (``segments`` as ``xla.training_step`` takes it), compiled for
+    ``target`` in ``compute_dtype`` (float32 weights, as a Module keeps
+    them)."""
     from .. import xla
     from ..memory import plan
     p = plan(net, shapes, train=True, verify=False)
-    return xla.training_step(p, recompute=list(names), segments=segments)
+    return xla.training_step(p, recompute=list(names), segments=segments, target=target,
+                             compute_dtype=compute_dtype)
+
+
+def plan_dtypes(net, shapes, compute_dtype) -> dict | None:
+    """The dtypes a Module plans its step in (``Module.plan_memory``): with
+    a low compute dtype, the weights and aux states in it (the program
+    casts them down inside), the inputs as given."""
+    if compute_dtype in (None, "float32"):
+        return None
+    return {n: compute_dtype for n in (*net.list_arguments(), *net.list_auxiliary_states())
+            if n not in shapes and not n.endswith("label")}
 
 
 def race(runners: list, rounds: int, steps: int) -> list:
@@ -207,8 +256,9 @@ class _Programs:
     compiled once per set and let go (``footprint_of`` for
     ``fit_program``); ``sets`` keeps them by set, the empty one first."""
 
-    def __init__(self, net, shapes, bar=None, label=""):
+    def __init__(self, net, shapes, bar=None, label="", target=None, compute_dtype="float32"):
         self.net, self.shapes, self.bar, self.label = net, shapes, bar, label
+        self.target, self.compute_dtype = target, compute_dtype
         self.sets: dict[tuple, dict] = {}
 
     def info(self, names: tuple) -> dict:
@@ -216,11 +266,17 @@ class _Programs:
             if self.bar is not None:
                 self.bar.set_postfix_str(f"{self.label}: compiling program {len(self.sets) + 1}"
                                          f" ({len(names)} recomputed)")
-            step = symgraph_step(self.net, self.shapes, names)
-            info = {"names": list(names), **_footprint(step)}
-            if info["footprint"] is None:
+            from ..xla import gpu_remat
+            step = symgraph_step(self.net, self.shapes, names, target=self.target,
+                                 compute_dtype=self.compute_dtype)
+            fig = gpu_remat.program_figures(step)
+            if fig["footprint"] is None:
                 raise BenchError("bench recompute: XLA gives no memory_analysis() on this "
                                  "backend")
+            info = {"names": list(names), "temp": fig["temp"], "footprint": fig["footprint"],
+                    "hlo_flops": (fig.get("flops") or {}).get("total")}
+            if not names:  # what XLA's own remat is compared against
+                info["figures"] = {k: fig[k] for k in ("argument", "output", "alias", "flops")}
             # a budgeted Module runs the fused or the staged step, whichever holds less
             info["program"] = step.fn.choose(step.args)[0] if hasattr(step.fn, "choose") \
                 else "fused"
@@ -260,12 +316,13 @@ def _budget_points(net, shapes, args, row, programs: _Programs, base) -> None:
     import symgraph as sg
     from ..memory.budget import BudgetError, first_plan, fit_program
     internal0, rest = row["internal0"], row["rest"]
+    dtypes = plan_dtypes(net, shapes, getattr(args, "compute_dtype", "float32"))
     for alg in args.algorithms:
         def plan_for(budget, alg=alg):
             if budget is None:
                 return base
             return sg.plan(net, shapes, train=True, budget=budget, recompute=alg,
-                           optimizer=OPTIMIZER)
+                           optimizer=OPTIMIZER, dtypes=dtypes)
         for f in args.fractions:
             budget = int(rest + f * internal0)
             t = time.perf_counter()
@@ -291,12 +348,37 @@ def _budget_points(net, shapes, args, row, programs: _Programs, base) -> None:
                 "programs_compiled": len(fit.tried)})
 
 
+def _xla_remat_points(net, shapes, args, row, programs: _Programs) -> None:
+    """``row['xla_remat']``: for every fraction, XLA:GPU's own
+    rematerialization of the step without recompute at the budget
+    (``xla.gpu_remat.at_budget``), compiled once per slop factor."""
+    from ..xla import gpu_remat
+    plain = programs.info(())["figures"]
+    step = symgraph_step(net, shapes, (), target=args.target,
+                         compute_dtype=args.compute_dtype)
+    by_factor = {}
+    for f in args.fractions:
+        budget = int(row["rest"] + f * row["internal0"])
+        s = gpu_remat.slop_factor_for(budget, args.target.memory, gpu_remat.io_bytes(plain))
+        if programs.bar is not None:
+            programs.bar.set_postfix_str(f"{programs.label}: XLA remat at {f:g} "
+                                         f"(slop factor {s})")
+        if s not in by_factor:
+            by_factor[s] = gpu_remat.at_budget(step, budget, plain)
+        r = dict(by_factor[s])
+        r.update(fraction=f, budget=budget, holds=r["footprint"] <= budget)
+        row["xla_remat"].append(r)
+    del step
+    _free()
+
+
 def _time_step(name, net, names, program, args):
     """A Runner of the step with ``names`` recomputed at ``--time-batch``:
     the program (fused or staged) the Module picked at ``--batch``."""
     segments = True if program == "staged" else None
     return Runner(symgraph_step(net, _shapes(name, args.time_batch, args.image), names,
-                                segments), _feed_module)
+                                segments, compute_dtype=getattr(args, "compute_dtype",
+                                                                "float32")), _feed_module)
 
 
 def measure_net(name: str, args, bar=None) -> dict:
@@ -308,14 +390,19 @@ def measure_net(name: str, args, bar=None) -> dict:
     import symgraph as sg
     net = sg.models.get_model(name)
     shapes = _shapes(name, args.batch, args.image)
-    base = sg.plan(net, shapes, train=True, optimizer=OPTIMIZER)
-    row = {"net": name, "optimizer": OPTIMIZER, "batch": args.batch,
+    target = getattr(args, "target", None)
+    dtype = getattr(args, "compute_dtype", "float32")
+    base = sg.plan(net, shapes, train=True, optimizer=OPTIMIZER,
+                   dtypes=plan_dtypes(net, shapes, dtype))
+    row = {"net": name, "optimizer": OPTIMIZER, "batch": args.batch, "compute_dtype": dtype,
            "shapes": {k: list(v) for k, v in shapes.items()},
            "internal0": base.internal["arena"], "rest": base.total - base.internal["arena"],
-           "points": [], "checkpoint": []}
-    programs = _Programs(net, shapes, bar, name)
+           "points": [], "checkpoint": [], "xla_remat": []}
+    programs = _Programs(net, shapes, bar, name, target, dtype)
     programs.info(())
     _budget_points(net, shapes, args, row, programs, base)
+    if target is not None and target.backend == "gpu" and target.memory:
+        _xla_remat_points(net, shapes, args, row, programs)
     run = [()] + list(dict.fromkeys(p["set"] for p in row["points"] if p["fits"]
                                     and p["set"]))
     timed = not args.no_time
@@ -345,12 +432,17 @@ def measure_net(name: str, args, bar=None) -> dict:
             info = programs.sets[p.pop("set")]
             p["xla_footprint"] = info["footprint"]
             p["xla_temp"] = info["temp"]
+            plain_flops = programs.sets[()].get("hlo_flops")
+            p["hlo_extra_flops_share"] = (
+                None if info.get("hlo_flops") is None or not plain_flops
+                else info["hlo_flops"] / plain_flops - 1)
             p["program"] = info["program"]
             p["step_s"] = info.get("step_s")
             p["step_ratio"] = 1.0 if timed and not info["names"] else info.get("step_ratio")
     row["programs_compiled"] = len(programs.sets)
     row["no_recompute"] = {"plan_total": base.total, "xla_footprint": programs.sets[()]["footprint"],
-                           "xla_temp": programs.sets[()]["temp"], "step_s": t0}
+                           "xla_temp": programs.sets[()]["temp"], "step_s": t0,
+                           "hlo_flops": programs.sets[()].get("hlo_flops")}
     return row
 
 
@@ -359,19 +451,30 @@ def _checkpoint_rows(name, shapes, args, base_runner) -> tuple:
     XLA's figures, and step times raced against the plain-JAX net without
     checkpoint and symgraph's step without recompute (``base_runner``).
     Returns the rows and the times ``base_runner`` took in those races."""
+    from ..xla import gpu_remat
     from . import handwritten as hwmod
     if name not in hwmod.NETS:
         return [], []
     size = shapes["data"][-1]
-    rows, plain, seen = [], None, []
+    target = getattr(args, "target", None)
+    cpu = target is None or target.backend == "cpu"
+    dtype = getattr(args, "compute_dtype", "float32")
+    rows, plain, seen, flops0 = [], None, [], None
     for policy in (None, *hwmod.REMAT_POLICIES):
-        step = hwmod.step(name, args.batch, size, scheduler=True, remat=policy)
-        c = {"policy": policy or "none", **{"xla_" + k: v for k, v in
-                                           _footprint(step).items()}}
+        # the CPU scheduler's options only where the program is for the CPU
+        step = hwmod.step(name, args.batch, size, scheduler=cpu, remat=policy, dtype=dtype)
+        step.target = target
+        fig = gpu_remat.program_figures(step)
+        flops = (fig.get("flops") or {}).get("total")
+        flops0 = flops if policy is None else flops0
+        c = {"policy": policy or "none", "xla_temp": fig["temp"],
+             "xla_footprint": fig["footprint"], "hlo_flops": flops,
+             "hlo_extra_flops_share": None if flops is None or not flops0
+             else flops / flops0 - 1}
         if not args.no_time:
             runner = Runner(step if args.time_batch == args.batch else
                             hwmod.step(name, args.time_batch, size, scheduler=True,
-                                       remat=policy), _feed_handwritten)
+                                       remat=policy, dtype=dtype), _feed_handwritten)
             if plain is None:
                 plain = runner
                 dt, ds = race([runner, base_runner], args.rounds, args.steps)
@@ -433,6 +536,18 @@ def _monotone(row) -> str:
     return "XLA footprint as the budget falls: " + "; ".join(out) + "."
 
 
+def _monotone_remat(row) -> str:
+    """Whether XLA's own remat's footprint never rises as the budget falls."""
+    figs = [r["footprint"] for r in sorted(row["xla_remat"], key=lambda r: -r["fraction"])]
+    rises = [(a, b) for a, b in zip(figs, figs[1:]) if b > a]
+    held = sum(r["holds"] for r in row["xla_remat"])
+    most = max((b - a for a, b in rises), default=0)
+    return (f"XLA's own remat holds {held} of {len(row['xla_remat'])} budgets; its footprint "
+            + ("never rises" if not rises else f"rises {len(rises)} time(s), by up to "
+               + (f"{_mib(most)} MiB" if most >= MIB else f"{most:,} bytes"))
+            + " as the budget falls.")
+
+
 def _how_text(p) -> str:
     """The point's path to its program, with the algorithm's own plan's
     program where that one was compiled and is not the one that runs."""
@@ -454,10 +569,104 @@ def _rest_text(res: dict) -> str:
             "the footprint includes, so 'vs budget' is stricter by the parameters' bytes")
 
 
+def _pct(x):
+    """A share as a percentage; under 0.1%, to three places (XLA's own
+    remat adds a few elementwise ops)."""
+    if x is None:
+        return "-"
+    return f"{x * 100:.3f}%" if 0 < abs(x) < 0.001 else f"{x * 100:.1f}%"
+
+
+def _gpu(res: dict) -> bool:
+    return (res.get("target") or {}).get("backend") == "gpu"
+
+
+def _target_lines(res: dict) -> list:
+    """Which device the figures are for, and why nothing was timed."""
+    t = res.get("target")
+    if not t or t["backend"] == "cpu":
+        return []
+    from ..targets import describe
+    out = [f"Target: {describe(t)}. Every figure is XLA's memory_analysis() of a program "
+           "compiled for that GPU on this machine, nothing run"
+           + (" (deviceless)." if t["deviceless"] else ".")]
+    if res.get("time_note"):
+        out[0] += f" Step time: {res['time_note']}."
+    if res.get("compute_dtype", "float32") != "float32":
+        out[0] += (f" Compute dtype {res['compute_dtype']}: the Module's mixed precision "
+                   "(float32 weights and momentum, the step computed in "
+                   f"{res['compute_dtype']}), budgets from the plan a Module makes (weights "
+                   "and aux states in the compute dtype); the hand-written net wholly in "
+                   f"{res['compute_dtype']}.")
+    return [out[0], ""]
+
+
+def _xla_remat_lines(row) -> list:
+    """XLA:GPU's own rematerialization at each budget."""
+    lines = ["XLA:GPU's own rematerialization at the same limit: the step without recompute "
+             "compiled with `xla_gpu_memory_limit_slop_factor` S, the largest whose limit "
+             "(device memory x 0.8 - parameters and outputs) x S/100 is at most the budget "
+             "(xla.gpu_remat; XLA logs that limit plus the outputs' bytes where it cannot "
+             "reach it); extra FLOPs: the instructions XLA recomputed (`.remat` clones "
+             "in the optimized HLO) over the program without them, counted from the HLO "
+             "text.", "",
+             "| fraction | budget MiB | S | XLA limit MiB | XLA footprint MiB | vs budget "
+             "| XLA said | recomputed instructions | extra FLOPs |",
+             "|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for r in row["xla_remat"]:
+        c = r["cant_reduce"]
+        said = "-" if not c else (
+            f"can't reduce below {_mib(c['limit'])} (limit + outputs"
+            + ("" if c.get("limit_matches", True) else "; NOT the limit computed")
+            + f"), only to {_mib(c['reached'])} from {_mib(c['from'])}")
+        lines.append(f"| {r['fraction']:.2f} | {_mib(r['budget'])} | {r['slop_factor']} | "
+                     f"{_mib(r['limit'])} | {_mib(r['footprint'])} | "
+                     f"{_vs_budget({'budget': r['budget'], 'xla_footprint': r['footprint']})} "
+                     f"| {said} | {r['remat_instructions'] or 0} | "
+                     f"{_pct(r['extra_flops_share'])} |")
+    return lines
+
+
+def _summary_lines(row) -> list:
+    """Per fraction: each algorithm's program, XLA's own remat, and which
+    jax.checkpoint policies hold the budget."""
+    algs = list(dict.fromkeys(p["algorithm"] for p in row["points"]))
+    head = ["fraction", "budget MiB", *[f"symgraph {a}" for a in algs]]
+    if row.get("xla_remat"):
+        head.append("XLA remat")
+    if row["checkpoint"]:
+        head.append("jax.checkpoint under the budget")
+    lines = ["Per budget, footprint MiB (vs budget; extra FLOPs: symgraph's plan / "
+             "XLA's HLO count):", "", "| " + " | ".join(head) + " |",
+             "|" + "---:|" * 2 + "---|" * (len(head) - 2)]
+    for f in dict.fromkeys(p["fraction"] for p in row["points"]):
+        pts = {p["algorithm"]: p for p in row["points"] if p["fraction"] == f}
+        budget = next(iter(pts.values()))["budget"]
+        cells = [f"{f:.2f}", _mib(budget)]
+        for a in algs:
+            p = pts.get(a)
+            if p is None or not p["fits"]:
+                cells.append("no plan fits" if p else "-")
+                continue
+            cells.append(f"{_mib(p['xla_footprint'])} ({_vs_budget(p)}; "
+                         f"{_pct(p['extra_flops_share'])})")
+        for r in row.get("xla_remat") or []:
+            if r["fraction"] == f:
+                vs = _vs_budget({"budget": r["budget"], "xla_footprint": r["footprint"]})
+                cells.append(f"{_mib(r['footprint'])} ({vs}; {_pct(r['extra_flops_share'])})")
+        if row["checkpoint"]:
+            ok = [c["policy"] for c in row["checkpoint"]
+                  if c["xla_footprint"] is not None and c["xla_footprint"] <= budget]
+            cells.append(", ".join(ok) or "no policy")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(res: dict) -> str:
+    gpu = _gpu(res)
     lines = ["# Recompute to a memory budget", "",
              f"`symgraph bench recompute {res['argv']}` on {res['machine']}, {res['date']}, "
-             f"jax {res['jax']}.", "",
+             f"jax {res['jax']}.", "", *_target_lines(res),
              "Budget = rest + fraction x I0 (I0: the no-recompute plan's internal bytes; "
              f"rest: {_rest_text(res)}). Footprint: XLA's memory_analysis() of the "
              "program `Module.fit` runs with the plan's recompute set (temp + argument + "
@@ -476,31 +685,44 @@ def markdown(res: dict) -> str:
                   f"{_mib(row['internal0'])}), XLA footprint {_mib(nr['xla_footprint'])} MiB "
                   f"(temp {_mib(nr['xla_temp'])}).", "",
                   "| algorithm | fraction | budget MiB | plan total MiB | XLA footprint MiB "
-                  "| vs budget | XLA temp MiB | program | recomputed | extra FLOPs | step "
-                  "| how |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
+                  "| vs budget | XLA temp MiB | program | recomputed | extra FLOPs "
+                  + ("| extra FLOPs (HLO) " if gpu else "") + "| step | how |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"
+                  + ("---:|" if gpu else "") + "---:|---|"]
         for p in row["points"]:
             if not p["fits"]:
                 lines.append(f"| {p['algorithm']} | {p['fraction']:.2f} | {_mib(p['budget'])} "
                              f"| does not fit (smallest {_mib(p['smallest'])}) "
-                             "| | | | | | | | |")
+                             "| | | | | | | | |" + (" |" if gpu else ""))
                 continue
             lines.append(f"| {p['algorithm']} | {p['fraction']:.2f} | {_mib(p['budget'])} | "
                          f"{_mib(p['plan_total'])} | {_mib(p['xla_footprint'])} | "
                          f"{_vs_budget(p)} | "
                          f"{_mib(p['xla_temp'])} | {p.get('program', 'fused')} | "
                          f"{p['recomputed']} | "
-                         f"{p['extra_flops_share'] * 100:.1f}% | {_ratio(p['step_ratio'])} "
+                         f"{p['extra_flops_share'] * 100:.1f}% | "
+                         + (f"{_pct(p.get('hlo_extra_flops_share'))} | " if gpu else "")
+                         + f"{_ratio(p['step_ratio'])} "
                          f"| {_how_text(p)} |")
         lines += ["", _monotone(row)]
+        if row.get("xla_remat"):
+            lines += ["", *_xla_remat_lines(row), "", _monotone_remat(row)]
         if row["checkpoint"]:
-            lines += ["", "Hand-written plain-JAX net, jax.checkpoint per block:", "",
-                      "| policy | XLA footprint MiB | XLA temp MiB | step vs plain JAX "
-                      "| step vs symgraph |", "|---|---:|---:|---:|---:|"]
+            lines += ["", "Hand-written plain-JAX net, jax.checkpoint per block"
+                      + (" (extra FLOPs: the program's HLO count over the net without "
+                         "checkpoint's)" if gpu else "") + ":", "",
+                      "| policy | XLA footprint MiB | XLA temp MiB | "
+                      + ("extra FLOPs (HLO) | " if gpu else "")
+                      + "step vs plain JAX | step vs symgraph |",
+                      "|---|---:|---:|" + ("---:|" if gpu else "") + "---:|---:|"]
             for c in row["checkpoint"]:
                 lines.append(f"| {c['policy']} | {_mib(c['xla_footprint'])} | "
-                             f"{_mib(c['xla_temp'])} | {_ratio(c['step_ratio_to_plain_jax'])} "
+                             f"{_mib(c['xla_temp'])} | "
+                             + (f"{_pct(c.get('hlo_extra_flops_share'))} | " if gpu else "")
+                             + f"{_ratio(c['step_ratio_to_plain_jax'])} "
                              f"| {_ratio(c['step_ratio_to_symgraph'])} |")
+        if gpu:
+            lines += ["", *_summary_lines(row)]
         if row.get("mxnet"):
             m = row["mxnet"]
             lines += ["", f"MXNet 1.9.1 (its own planner, storage for operator outputs): "
@@ -518,6 +740,14 @@ def chart(res: dict, path: str) -> None:
     from ..util import atomic_open
     rows = res["rows"]
     fig, axes = plt.subplots(1, len(rows), figsize=(5 * len(rows), 4), squeeze=False)
+    if _gpu(res):  # nothing ran: memory against extra FLOPs
+        for ax, row in zip(axes[0], rows):
+            _flops_axes(ax, row, res)
+        fig.tight_layout()
+        with atomic_open(path, "wb") as f:
+            fig.savefig(f, format="png", dpi=100)
+        plt.close(fig)
+        return
     for ax, row in zip(axes[0], rows):
         base = row["no_recompute"]["xla_footprint"] or 1
         for alg in sorted({p["algorithm"] for p in row["points"]}):
@@ -542,6 +772,40 @@ def chart(res: dict, path: str) -> None:
     plt.close(fig)
 
 
+def _flops_axes(ax, row, res) -> None:
+    """One net's frontier on a GPU target: XLA's footprint (MiB) against
+    the extra FLOPs (the HLO count where there is one, else the plan's),
+    for each algorithm's points, XLA's own remat and the jax.checkpoint
+    policies, with the budgets as dotted lines."""
+    def share(p):
+        h = p.get("hlo_extra_flops_share")
+        return 100 * (h if h is not None else p["extra_flops_share"])
+    for alg in sorted({p["algorithm"] for p in row["points"]}):
+        pts = sorted({(share(p), p["xla_footprint"] / MIB) for p in row["points"]
+                      if p["algorithm"] == alg and p["fits"] and p.get("xla_footprint")})
+        if pts:
+            ax.plot(*zip(*pts), "o-", label=f"symgraph {alg}")
+    rem = sorted({(100 * (r["extra_flops_share"] or 0), r["footprint"] / MIB)
+                  for r in row.get("xla_remat") or []})
+    if rem:
+        ax.plot(*zip(*rem), "x--", label="XLA:GPU remat")
+    for c in row["checkpoint"]:
+        if c["xla_footprint"] and c.get("hlo_extra_flops_share") is not None:
+            ax.plot([100 * c["hlo_extra_flops_share"]], [c["xla_footprint"] / MIB], "s",
+                    label=f"jax {c['policy']}")
+    for b in sorted({p["budget"] for p in row["points"]}):
+        ax.axhline(b / MIB, color="grey", lw=0.6, ls=":")
+    t = res.get("target") or {}
+    ax.set_title(f"{row['net']} batch {row['batch']} {row.get('compute_dtype', '')}\n"
+                 f"{t.get('device', '')}, deviceless" if t.get("deviceless") else
+                 f"{row['net']} batch {row['batch']}", fontsize=9)
+    ax.set_xlabel("extra FLOPs, % of the step")
+    ax.set_ylabel("XLA footprint, MiB (dotted: budgets)")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
 def write(res: dict, out: str) -> None:
     """results.json, results.md and frontier.png under ``out``, atomically."""
     from ..util import atomic_write_text
@@ -557,12 +821,18 @@ def main(argv=None) -> int:
     from tqdm import tqdm
     res = {"argv": " ".join(argv or []), "machine": f"{platform.machine()}, "
            f"{os.cpu_count()} cores, {jax.default_backend()}", "jax": jax.__version__,
-           "date": time.strftime("%Y-%m-%d", time.gmtime()), "rows": []}
+           "date": time.strftime("%Y-%m-%d", time.gmtime()),
+           "target": args.target.to_json(), "compute_dtype": args.compute_dtype,
+           "time_note": args.time_note, "rows": []}
+    if args.time_note:
+        print(f"bench recompute: {args.time_note}", file=sys.stderr)
     os.makedirs(args.out, exist_ok=True)
     with tqdm(args.nets, desc="bench recompute", unit="net", file=sys.stderr) as bar:
         for name in bar:
             row = measure_net(name, args, bar)
-            row["mxnet"] = _mxnet(args, name, args.batch)
+            # MXNet's figures are float32 training
+            row["mxnet"] = _mxnet(args, name, args.batch) if args.compute_dtype == "float32" \
+                else None
             res["rows"].append(row)
             write(res, args.out)  # after each net: a long run keeps what it measured
     if not res["rows"]:

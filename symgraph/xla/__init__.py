@@ -41,7 +41,9 @@ docs/memory.md ("Plan vs XLA") has the measured effect of each measure.
 
 The package: ``steps.py`` (the step views and a plain-JAX step),
 ``analysis.py`` (XLA's memory figures of a step or a plan), ``hlo.py``
-(reading XLA's dump: the breakdown of its temp allocation).
+(reading XLA's dump: the breakdown of its temp allocation),
+``gpu_remat.py`` (XLA:GPU's own rematerialization at a memory limit, and
+the FLOPs an optimized HLO text computes).
 """
 from .analysis import (analysis_dict, best_step, compile_step, fit_budget, fit_on, footprint,
                        has_convolution, memory, plan_memory, plan_on, with_fit)

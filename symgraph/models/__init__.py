@@ -25,7 +25,7 @@ from ..errors import SymgraphError
 from ..ops.registry import numel
 from ..symbol import NameManager, Symbol
 from . import (alexnet, convnet, googlenet, inception_bn, inception_v3, mlp, resnet, resnet9,
-               vgg)
+               ssd, vgg)
 
 
 class ModelError(SymgraphError):
@@ -77,6 +77,11 @@ _add("convnet", lambda c, s: convnet.get_symbol(c, s),
 _add("resnet9-dawn", lambda c, s, **kw: resnet9.get_symbol(c, s, **kw),
      "ResNet-9 of the DAWNBench CIFAR-10 recipe (option: smooth_alpha=0.2)",
      image_shape=(3, 32, 32), num_classes=10)
+for _n, _cfg in ssd.CONFIGS.items():
+    _add(_n, lambda c, s, n=_n, **kw: ssd.get_symbol(n, c, s, **kw),
+         f"SSD-{_cfg.nominal} detector, {_cfg.base} base (MXNet's example/ssd): reads data and "
+         f"label (options: mode='train'|'deploy', width, nms_thresh, nms_topk, force_suppress)",
+         image_shape=(3, _cfg.nominal, _cfg.nominal), num_classes=20)
 
 # any depth: resnet-N, resnet-v1-N, resnet-cifar-N, resnet-v1-cifar-N
 _RESNET_NAME = re.compile(r"^resnet-(v1-)?(cifar-)?(\d+)$")
@@ -116,7 +121,10 @@ def get_model(name: str, num_classes: int | None = None, image_shape=None,
     changes the structure where MXNet's files do (CIFAR-style ResNet at a
     height of 32 or less, the small Inception-BN at 28 or less).
     ``options`` go to a builder that takes them (``resnet9-dawn``:
-    ``smooth_alpha``); a model without options refuses any.
+    ``smooth_alpha``; the SSD detectors, which read ``data`` and ``label``
+    and end in MXNet's training group or, with ``mode='deploy'``, in
+    MultiBoxDetection: see ``models/ssd.py``); a model without options
+    refuses any.
     """
     info = model_info(name)
     classes = info.num_classes if num_classes is None else int(num_classes)

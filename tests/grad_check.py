@@ -130,3 +130,28 @@ def finite_differences(f, xs, heads, wrt=None, eps=1e-6):
             g[idx] = (loss(*hi) - loss(*lo)) / (2 * eps)
         grads.append(g)
     return grads
+
+
+def node_over(opname, attrs, names, name="op"):
+    """One op node named ``name`` over variables named ``names``: the graph
+    of all its visible outputs, and the node."""
+    node = Node(get_op(opname), name, attrs, [Entry(Node(None, n)) for n in names])
+    return Graph([Entry(node, i) for i in range(node.num_visible_outputs)]), node
+
+
+def assert_one_clear_error(opname, attrs, shapes, err, words):
+    """Inferring ``opname`` over inputs of ``shapes`` raises ``err``: one
+    line that names the node and the op and holds every one of ``words``."""
+    import pytest
+    from symgraph.errors import SymgraphError
+    from symgraph.passes.infer import infer_shapes
+    names = [f"x{i}" for i in range(len(shapes))]
+    with pytest.raises(err) as info:
+        g, _ = node_over(opname, attrs, names, name="bad_node")
+        infer_shapes(g, dict(zip(names, shapes)))
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert "'bad_node'" in msg and f"({get_op(opname).name})" in msg, msg
+    for w in words:
+        assert w in msg, msg
+    assert isinstance(info.value, SymgraphError)

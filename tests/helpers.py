@@ -36,3 +36,14 @@ def train_mean_loss(context, **module_kwargs):
     for b in data:
         mod.train_step(b)
     return mod
+
+
+def small_mlp():
+    """data -> fc1 (5) -> relu1 -> fc2 (3) -> softmax: the MLP the symbol
+    tests infer on."""
+    import symgraph as sg
+    S = sg.sym
+    fc1 = S.FullyConnected(S.Variable("data"), num_hidden=5, name="fc1")
+    act = S.Activation(fc1, act_type="relu", name="relu1")
+    fc2 = S.FullyConnected(act, num_hidden=3, name="fc2")
+    return S.SoftmaxOutput(fc2, name="softmax")

@@ -11,27 +11,20 @@ import numpy as np
 import pytest
 
 import symgraph as sg
-from symgraph.errors import OpError, ShapeError, SymgraphError
-from symgraph.graph import Entry, Graph, Node
+from symgraph.errors import OpError, ShapeError
 from symgraph.lower import lower
 from symgraph.ops import get_op
 from symgraph.passes.gradient import build_gradient
 from symgraph.passes.infer import infer_shapes
 
-from grad_check import finite_differences
+from grad_check import assert_one_clear_error, finite_differences, node_over
 from op_reference_glue import REFERENCE_GLUE, take_indices
-
-
-def op_graph(opname, attrs, names, name="op"):
-    """One op over variables named ``names``; all its visible outputs."""
-    node = Node(get_op(opname), name, attrs, [Entry(Node(None, n)) for n in names])
-    return Graph([Entry(node, i) for i in range(node.num_visible_outputs)]), node
 
 
 def forward(opname, attrs, *xs, dtypes=None):
     """(symgraph's output, NumPy's) for inputs ``xs`` (float64 unless given)."""
     names = [f"x{i}" for i in range(len(xs))]
-    g, node = op_graph(opname, attrs, names)
+    g, node = node_over(opname, attrs, names)
     inf = infer_shapes(g, {n: x.shape for n, x in zip(names, xs)},
                        dtypes={n: x.dtype.name for n, x in zip(names, xs)})
     outs, _ = jax.jit(lower(g))(dict(zip(names, xs)))
@@ -45,7 +38,7 @@ def gradients(opname, attrs, xs, head, wrt):
     """symgraph's gradients of sum(op(xs) * head) with respect to the inputs
     whose indices are in ``wrt`` (float64)."""
     names = [f"x{i}" for i in range(len(xs))]
-    g, _ = op_graph(opname, attrs, names)
+    g, _ = node_over(opname, attrs, names)
     gg = build_gradient(g, [names[i] for i in wrt])
     feeds = {**dict(zip(names, xs)), "op_output_head_grad": head}
     outs, _ = jax.jit(lower(gg, is_train=True))(feeds)
@@ -216,7 +209,7 @@ def test_shape_and_size_arrays_are_int64():
      np.array([0, 1, 2], np.int32)),  # start and step cast first: 0 + k * 1
 ])
 def test_constants(opname, attrs, want):
-    g, node = op_graph(opname, attrs, [])
+    g, node = node_over(opname, attrs, [])
     inf = infer_shapes(g, {})
     outs, _ = jax.jit(lower(g))({})
     got = np.asarray(outs[0])
@@ -256,7 +249,7 @@ def test_gradients_match_finite_differences(opname, attrs, shapes, wrt):
     rng = np.random.default_rng(3)
     xs = [rng.uniform(0.5, 2.0, s) for s in shapes]
     ref = REFERENCE_GLUE[get_op(opname).name]
-    p = op_graph(opname, attrs, [f"x{i}" for i in range(len(xs))])[1].params
+    p = node_over(opname, attrs, [f"x{i}" for i in range(len(xs))])[1].params
     head = rng.normal(size=np.shape(ref(p, *xs)))
     got = gradients(opname, attrs, xs, head, wrt)
     want = finite_differences(lambda *v: ref(p, *v), xs, head, wrt)
@@ -334,7 +327,7 @@ def test_take_gradient_sums_repeated_indices(mode, axis):
 
 @pytest.mark.parametrize("opname", ["shape_array", "size_array", "ones_like"])
 def test_no_gradient_through_shapes_and_ones_like(opname):
-    g, _ = op_graph(opname, {}, ["x0"])
+    g, _ = node_over(opname, {}, ["x0"])
     gg = build_gradient(g, ["x0"])
     assert gg.outputs[1].node.op.name == "zeros_like"  # the rule stops the gradient
     outs, _ = lower(gg, is_train=True)({"x0": rand(2, 3)})
@@ -372,7 +365,7 @@ def test_no_gradient_through_shapes_and_ones_like(opname):
      ["op_output_head_grad", "op"], []),
 ])
 def test_backward_reads(opname, attrs, names, wrt, bwd, reads, shape_only):
-    g, node = op_graph(opname, attrs, names)
+    g, node = node_over(opname, attrs, names)
     gg = build_gradient(g, wrt)
     grad = gg.outputs[1].node
     assert grad.op.name == bwd
@@ -600,13 +593,4 @@ def test_mxnet_json_net_loads_infers_runs_and_trains():
     ("_arange", {"start": 3, "dtype": "bool"}, [], OpError, ["dtype"]),
 ])
 def test_bad_input_raises_one_clear_error(opname, attrs, shapes, err, words):
-    names = [f"x{i}" for i in range(len(shapes))]
-    with pytest.raises(err) as info:
-        g, _ = op_graph(opname, attrs, names, name="bad_node")
-        infer_shapes(g, dict(zip(names, shapes)))
-    msg = str(info.value)
-    assert "\n" not in msg
-    assert "'bad_node'" in msg and f"({get_op(opname).name})" in msg, msg
-    for w in words:
-        assert w in msg, msg
-    assert isinstance(info.value, SymgraphError)
+    assert_one_clear_error(opname, attrs, shapes, err, words)

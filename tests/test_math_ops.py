@@ -15,14 +15,13 @@ import numpy as np
 import pytest
 
 import symgraph as sg
-from symgraph.errors import OpError, ShapeError, SymgraphError
-from symgraph.graph import Entry, Graph, Node
+from symgraph.errors import OpError, ShapeError
 from symgraph.lower import lower
 from symgraph.ops import get_op
 from symgraph.passes.gradient import build_gradient
 from symgraph.passes.infer import infer_shapes
 
-from grad_check import finite_differences
+from grad_check import assert_one_clear_error, finite_differences, node_over
 from op_reference import REFERENCE
 from op_reference_math import c_round, masked_softmax, mxnet_rint
 
@@ -33,17 +32,11 @@ def rand(*shape, low=-1.0, high=1.0):
     return RNG.uniform(low, high, size=shape)
 
 
-def op_graph(opname, attrs, names, name="op"):
-    """One op over variables named ``names``; all its visible outputs."""
-    node = Node(get_op(opname), name, attrs, [Entry(Node(None, n)) for n in names])
-    return Graph([Entry(node, i) for i in range(node.num_visible_outputs)]), node
-
-
 def run(opname, attrs, *xs, key=None, is_train=False):
     """symgraph's visible outputs for inputs ``xs`` (their own dtypes), with
     the inferred shapes and dtypes checked against the lowered ones."""
     names = [f"x{i}" for i in range(len(xs))]
-    g, node = op_graph(opname, attrs, names)
+    g, node = node_over(opname, attrs, names)
     inf = infer_shapes(g, {n: x.shape for n, x in zip(names, xs)},
                        dtypes={n: x.dtype.name for n, x in zip(names, xs)})
     outs, _ = jax.jit(lower(g, is_train=is_train))(dict(zip(names, xs)), key)
@@ -64,7 +57,7 @@ def forward(opname, attrs, *xs):
 def gradients(opname, attrs, xs, heads, wrt):
     """symgraph's gradients of sum(op(xs)_k * heads[k]) w.r.t. xs[i], i in wrt."""
     names = [f"x{i}" for i in range(len(xs))]
-    g, _ = op_graph(opname, attrs, names)
+    g, _ = node_over(opname, attrs, names)
     gg = build_gradient(g, [names[i] for i in wrt])
     heads = heads if isinstance(heads, list) else [heads]
     feeds = dict(zip(names, xs))
@@ -76,7 +69,7 @@ def gradients(opname, attrs, xs, heads, wrt):
 
 
 def params(opname, attrs, n_inputs):
-    return op_graph(opname, attrs, [f"x{i}" for i in range(n_inputs)])[1].params
+    return node_over(opname, attrs, [f"x{i}" for i in range(n_inputs)])[1].params
 
 
 # --------------------------------------------------------------------------
@@ -598,7 +591,7 @@ def test_zero_gradients_as_mxnet(opname, attrs, n_in):
     xs = [rand(2, 3) for _ in range(n_in)]
     p = params(opname, attrs, n_in)
     head = rand(*np.shape(REFERENCE[get_op(opname).name](p, *xs)))
-    g, _ = op_graph(opname, attrs, [f"x{i}" for i in range(n_in)])
+    g, _ = node_over(opname, attrs, [f"x{i}" for i in range(n_in)])
     gg = build_gradient(g, [f"x{i}" for i in range(n_in)])
     assert {n.op.name for n in gg.nodes if n.op is not None} == {get_op(opname).name,
                                                                   "zeros_like"}
@@ -612,7 +605,7 @@ def test_multinomial_log_prob_gradient():
     attrs = {"shape": (5,), "get_prob": True}
     (draws, logp), _ = run("_sample_multinomial", attrs, data, key=jax.random.key(3))
     dprob = rand(2, 5)
-    g, _ = op_graph("_sample_multinomial", attrs, ["x0"])
+    g, _ = node_over("_sample_multinomial", attrs, ["x0"])
     gg = build_gradient(g, ["x0"])
     feeds = {"x0": data, "op_prob_head_grad": dprob}
     outs, _ = jax.jit(lower(gg, is_train=True))(feeds, jax.random.key(3))
@@ -654,7 +647,7 @@ def test_multinomial_log_prob_gradient():
      ["op_output_head_grad", "x0", "op"], ["x0"]),
 ])
 def test_backward_reads(opname, attrs, names, bwd, reads, shape_only):
-    g, node = op_graph(opname, attrs, names)
+    g, node = node_over(opname, attrs, names)
     gg = build_gradient(g, ["x0"])
     grad = gg.outputs[len(g.outputs)].node
     assert grad.op.name == bwd
@@ -758,7 +751,7 @@ def test_mxnet_json_net_loads_infers_runs_and_trains():
 # --------------------------------------------------------------------------
 def _draw(opname, attrs, *xs, key=7, name="op"):
     names = [f"x{i}" for i in range(len(xs))]
-    g, _ = op_graph(opname, attrs, names, name=name)
+    g, _ = node_over(opname, attrs, names, name=name)
     inf = infer_shapes(g, {n: x.shape for n, x in zip(names, xs)},
                        dtypes={n: x.dtype.name for n, x in zip(names, xs)})
     outs, _ = jax.jit(lower(g))(dict(zip(names, xs)), jax.random.key(key))
@@ -856,13 +849,4 @@ def test_sample_multinomial_frequencies_and_shapes():
     ("_sample_multinomial", {"dtype": "int64"}, [(3,)], OpError, ["dtype"]),
 ])
 def test_bad_input_raises_one_clear_error(opname, attrs, shapes, err, words):
-    names = [f"x{i}" for i in range(len(shapes))]
-    with pytest.raises(err) as info:
-        g, _ = op_graph(opname, attrs, names, name="bad_node")
-        infer_shapes(g, dict(zip(names, shapes)))
-    msg = str(info.value)
-    assert "\n" not in msg
-    assert "'bad_node'" in msg and f"({get_op(opname).name})" in msg, msg
-    for w in words:
-        assert w in msg, msg
-    assert isinstance(info.value, SymgraphError)
+    assert_one_clear_error(opname, attrs, shapes, err, words)

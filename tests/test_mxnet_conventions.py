@@ -15,15 +15,9 @@ import pytest
 import symgraph as sg
 from symgraph.errors import GraphError, OpError, SerializationError, ShapeError
 
+from helpers import small_mlp
+
 S = sg.sym
-
-
-def _mlp():
-    data = S.Variable("data")
-    fc1 = S.FullyConnected(data, num_hidden=5, name="fc1")
-    act = S.Activation(fc1, act_type="relu", name="relu1")
-    fc2 = S.FullyConnected(act, num_hidden=3, name="fc2")
-    return S.SoftmaxOutput(fc2, name="softmax")
 
 
 def _two_branches():
@@ -53,7 +47,7 @@ def test_infer_shape_with_too_little_returns_nones_and_warns():
     with pytest.warns(UserWarning, match="cannot infer the shape of prev"):
         assert net.infer_shape(data=(10, 64)) == (None, None, None)
     with pytest.warns(UserWarning, match="cannot infer the shape of data"):
-        assert _mlp().infer_shape() == (None, None, None)  # no arguments at all
+        assert small_mlp().infer_shape() == (None, None, None)  # no arguments at all
     # enough information: no warning, every shape
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -62,7 +56,7 @@ def test_infer_shape_with_too_little_returns_nones_and_warns():
 
 
 def test_infer_shape_still_raises_on_conflicts():
-    net = _mlp()
+    net = small_mlp()
     with pytest.raises(ShapeError, match=r"node 'fc1' \(FullyConnected\)"):
         net.infer_shape(data=(4, 7), fc1_weight=(5, 6))
     with pytest.raises(ShapeError, match="elemwise_add"):
@@ -76,7 +70,7 @@ def test_infer_shape_still_raises_on_conflicts():
 def test_internal_users_of_shapes_still_get_every_shape():
     # the zoo's parameter count needs every shape: a clear error, not Nones
     with pytest.raises(ShapeError, match="cannot infer the shape of data"):
-        _mlp()._infer_shape_or_raise()
+        small_mlp()._infer_shape_or_raise()
     assert sg.models.count_parameters(sg.models.get_model("mlp"), (1, 28, 28)) > 0
 
 
@@ -134,7 +128,7 @@ def test_compose_positionally_in_argument_order():
 
 
 def test_compose_mistakes_are_clear_errors():
-    net = _mlp()
+    net = small_mlp()
     other = S.Variable("z")
     with pytest.raises(GraphError, match="'dta' is not a free variable.*data, fc1_weight"):
         net(dta=other)
@@ -181,7 +175,7 @@ def test_model_save_and_load_checkpoint(tmp_path):
 # --------------------------------------------------------------------------
 def test_plot_network_returns_a_digraph():
     import graphviz
-    net = _mlp()
+    net = small_mlp()
     dot = sg.viz.plot_network(net, title="mlp", shape={"data": (2, 7)},
                               node_attrs={"shape": "oval"})
     assert isinstance(dot, graphviz.Digraph) and dot.name == "mlp" and dot.format == "pdf"
@@ -219,7 +213,7 @@ def _mxnet_style_count(net, shape):
 
 
 def test_print_summary_prints_mxnets_table(capsys):
-    net = _mlp()
+    net = small_mlp()
     assert sg.viz.print_summary(net, shape={"data": (4, 7)}) is None
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "_" * 120 and lines[2] == "=" * 120 and lines[-1] == "_" * 120

@@ -13,27 +13,21 @@ import numpy as np
 import pytest
 
 import symgraph as sg
-from symgraph.errors import OpError, ShapeError, SymgraphError
-from symgraph.graph import Entry, Graph, Node
+from symgraph.errors import OpError, ShapeError
+from symgraph.graph import Entry, Graph
 from symgraph.lower import lower
 from symgraph.ops import get_op
 from symgraph.passes.gradient import build_gradient
 from symgraph.passes.infer import infer_shapes
 
-from grad_check import finite_differences
+from grad_check import assert_one_clear_error, finite_differences, node_over
 from op_reference_onnx import REFERENCE_ONNX, mx_mod
-
-
-def op_graph(opname, attrs, names, name="op"):
-    """One op over variables named ``names``; all its visible outputs."""
-    node = Node(get_op(opname), name, attrs, [Entry(Node(None, n)) for n in names])
-    return Graph([Entry(node, i) for i in range(node.num_visible_outputs)]), node
 
 
 def forward(opname, attrs, *xs):
     """(symgraph's outputs, NumPy's), each a list, for inputs ``xs``."""
     names = [f"x{i}" for i in range(len(xs))]
-    g, node = op_graph(opname, attrs, names)
+    g, node = node_over(opname, attrs, names)
     inf = infer_shapes(g, {n: x.shape for n, x in zip(names, xs)},
                        dtypes={n: x.dtype.name for n, x in zip(names, xs)})
     outs, _ = jax.jit(lower(g))(dict(zip(names, xs)))
@@ -49,7 +43,7 @@ def gradients(opname, attrs, xs, heads, wrt):
     """symgraph's gradients of sum_k(out_k * heads[k]) with respect to the
     inputs whose indices are in ``wrt`` (float64)."""
     names = [f"x{i}" for i in range(len(xs))]
-    g, _ = op_graph(opname, attrs, names)
+    g, _ = node_over(opname, attrs, names)
     gg = build_gradient(g, [names[i] for i in wrt])
     head_names = [e.node.output_names()[e.index] + "_head_grad" for e in g.outputs]
     used = {n.name for n in gg.variables}
@@ -63,7 +57,7 @@ def check_gradients(opname, attrs, xs, wrt, rtol=1e-7, atol=1e-9):
     _, want = forward(opname, attrs, *xs)
     heads = [RNG.normal(size=w.shape) for w in want]
     got = gradients(opname, attrs, xs, heads, wrt)
-    p = op_graph(opname, attrs, [f"x{i}" for i in range(len(xs))])[1].params
+    p = node_over(opname, attrs, [f"x{i}" for i in range(len(xs))])[1].params
     fd = finite_differences(lambda *v: REFERENCE_ONNX[get_op(opname).name](p, *v), xs,
                             heads, wrt)
     for k, (a, b) in enumerate(zip(got, fd)):
@@ -123,7 +117,7 @@ def test_broadcast_mod_gradients_match_finite_differences(sa, sb):
 # --------------------------------------------------------------------------
 def test_random_uniform_like_draws_in_the_inputs_shape_and_dtype():
     x = np.zeros((200, 50), np.float32)
-    g, _ = op_graph("_random_uniform_like", {"low": -2, "high": 3}, ["x0"])
+    g, _ = node_over("_random_uniform_like", {"low": -2, "high": 3}, ["x0"])
     f = jax.jit(lower(g))
     a, _ = f({"x0": x}, jax.random.key(3))
     b, _ = f({"x0": x + 5}, jax.random.key(3))  # the values of x are not read
@@ -135,7 +129,7 @@ def test_random_uniform_like_draws_in_the_inputs_shape_and_dtype():
     c, _ = f({"x0": x}, jax.random.key(4))
     assert not np.array_equal(a, np.asarray(c[0]))
     # float64 in, float64 out; the default range is [0, 1)
-    g, _ = op_graph("_random_uniform_like", {}, ["x0"])
+    g, _ = node_over("_random_uniform_like", {}, ["x0"])
     d, _ = jax.jit(lower(g))({"x0": np.zeros((3, 4))}, jax.random.key(0))
     d = np.asarray(d[0])
     assert d.dtype == np.float64 and d.min() >= 0 and d.max() < 1
@@ -144,7 +138,7 @@ def test_random_uniform_like_draws_in_the_inputs_shape_and_dtype():
 def test_random_uniform_like_reads_its_input_for_the_shape_only():
     op = get_op("_random_uniform_like")
     assert op.shape_inputs(None) == [0]
-    g, _ = op_graph("_random_uniform_like", {}, ["x0"])
+    g, _ = node_over("_random_uniform_like", {}, ["x0"])
     gg = build_gradient(g, ["x0"])
     assert gg.outputs[1].node.op.name == "zeros_like"  # MXNet's zero gradient
 
@@ -159,7 +153,7 @@ def test_div_sqrt_dim_divides_by_the_root_of_the_last_dimension():
     np.testing.assert_allclose(want[0], x / 4, rtol=1e-15)
     check_gradients("_contrib_div_sqrt_dim", {}, [rand(2, 5)], [0])
     # the gradient is the op itself on dy, reading nothing else
-    g, _ = op_graph("_contrib_div_sqrt_dim", {}, ["x0"])
+    g, _ = node_over("_contrib_div_sqrt_dim", {}, ["x0"])
     grad = build_gradient(g, ["x0"]).outputs[1].node
     assert grad.op.name == "_contrib_div_sqrt_dim"
     assert [e.node.name for e in grad.inputs] == ["op_output_head_grad"]
@@ -206,7 +200,7 @@ def test_interleaved_backwards_read_the_inputs():
     # MXNet's ElemwiseGradUseIn: both read dy and every forward input
     for opname, names in [("_contrib_interleaved_matmul_selfatt_qk", ["x0"]),
                           ("_contrib_interleaved_matmul_selfatt_valatt", ["x0", "x1"])]:
-        g, _ = op_graph(opname, {"heads": 1}, names)
+        g, _ = node_over(opname, {"heads": 1}, names)
         grad = build_gradient(g, names).outputs[1].node
         assert grad.op.name == "_backward_" + opname
         assert [e.node.name for e in grad.inputs] == ["op_output_head_grad"] + names
@@ -256,7 +250,7 @@ def test_slice_like_ranks_may_differ_with_axes_and_like_keeps_its_dtype():
 
 def test_slice_like_gradient_and_what_it_reads():
     check_gradients("slice_like", {"axes": (1, -1)}, [rand(2, 3, 4), rand(2, 2, 3)], [0])
-    g, _ = op_graph("slice_like", {}, ["x0", "x1"])
+    g, _ = node_over("slice_like", {}, ["x0", "x1"])
     gg = build_gradient(g, ["x0", "x1"])
     grad = gg.outputs[1].node
     assert grad.op.name == "_backward_slice_like"
@@ -307,7 +301,7 @@ def test_split_v2_gradients_match_finite_differences(attrs, shape):
 
 def test_split_v2_unread_parts_give_zeros():
     x = rand(2, 5)
-    g, node = op_graph("_split_v2", {"indices": (0, 1, 3)}, ["x0"])
+    g, node = node_over("_split_v2", {"indices": (0, 1, 3)}, ["x0"])
     g1 = Graph([Entry(node, 1)])  # only the middle part is used
     gg = build_gradient(g1, ["x0"])
     dy = rand(2, 2)
@@ -334,7 +328,7 @@ def test_arange_like_takes_the_inputs_dtype_and_no_gradient():
     assert got[0].dtype == np.int32
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[0], [[1, 2], [3, 4]])  # start, step cast first
-    g, _ = op_graph("_contrib_arange_like", {}, ["x0"])
+    g, _ = node_over("_contrib_arange_like", {}, ["x0"])
     gg = build_gradient(g, ["x0"])
     assert gg.outputs[1].node.op.name == "zeros_like"
     assert get_op("_contrib_arange_like").shape_inputs(None) == [0]
@@ -388,7 +382,7 @@ def test_box_decode_anchors_of_higher_rank_and_no_gradient():
     np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
     got, want = forward("_contrib_box_decode", {}, data, anchors.reshape(1, 3, 4))
     np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
-    g, _ = op_graph("_contrib_box_decode", {}, ["x0", "x1"])
+    g, _ = node_over("_contrib_box_decode", {}, ["x0", "x1"])
     gg = build_gradient(g, ["x0", "x1"])
     assert {e.node.op.name for e in gg.outputs[1:]} == {"zeros_like"}  # MXNet's zeros
 
@@ -434,19 +428,10 @@ def test_box_decode_anchors_of_higher_rank_and_no_gradient():
      ["corner, center"]),
 ])
 def test_bad_input_raises_one_clear_error(opname, attrs, shapes, err, words):
-    names = [f"x{i}" for i in range(len(shapes))]
-    with pytest.raises(err) as info:
-        g, _ = op_graph(opname, attrs, names, name="bad_node")
-        infer_shapes(g, dict(zip(names, shapes)))
-    msg = str(info.value)
-    assert "\n" not in msg
-    assert "'bad_node'" in msg and f"({get_op(opname).name})" in msg, msg
-    for w in words:
-        assert w in msg, msg
-    assert isinstance(info.value, SymgraphError)
+    assert_one_clear_error(opname, attrs, shapes, err, words)
 
 
 def test_random_uniform_like_refuses_an_integer_input():
-    g, _ = op_graph("_random_uniform_like", {}, ["x0"], name="bad_node")
+    g, _ = node_over("_random_uniform_like", {}, ["x0"], name="bad_node")
     with pytest.raises(ShapeError, match="data is int32: _random_uniform_like draws"):
         infer_shapes(g, {"x0": (2, 3)}, dtypes={"x0": "int32"})

@@ -10,6 +10,8 @@ import symgraph as sg
 from symgraph.lower import lower
 from symgraph.symbol import NameManager
 
+from helpers import small_mlp
+
 S = sg.sym
 
 
@@ -103,16 +105,8 @@ def test_arithmetic_with_symbols_and_scalars_computes_the_right_values():
 # --------------------------------------------------------------------------
 # inference
 # --------------------------------------------------------------------------
-def _mlp():
-    data = S.Variable("data")
-    fc1 = S.FullyConnected(data, num_hidden=5, name="fc1")
-    act = S.Activation(fc1, act_type="relu", name="relu1")
-    fc2 = S.FullyConnected(act, num_hidden=3, name="fc2")
-    return S.SoftmaxOutput(fc2, name="softmax")
-
-
 def test_infer_shape_full_positional_and_partial():
-    net = _mlp()
+    net = small_mlp()
     args, outs, aux = net.infer_shape(data=(4, 7))
     assert dict(zip(net.list_arguments(), args)) == {
         "data": (4, 7), "fc1_weight": (5, 7), "fc1_bias": (5,), "fc2_weight": (3, 5),
@@ -130,7 +124,7 @@ def test_infer_shape_full_positional_and_partial():
 
 
 def test_infer_type():
-    net = _mlp()
+    net = small_mlp()
     args, outs, aux = net.infer_type(data="float16")
     assert set(args) == {np.float16} and outs == [np.float16]  # NumPy types, as MXNet's
     args, outs, _ = net.infer_type(np.float64)
@@ -242,7 +236,7 @@ def test_an_output_grouped_twice_gets_both_head_gradients():
 
 
 def test_bind_uses_the_callers_arrays():
-    net = _mlp()
+    net = small_mlp()
     rng = np.random.default_rng(2)
     args, _, _ = net.infer_shape(data=(4, 6))
     names = net.list_arguments()

@@ -163,10 +163,18 @@ def resize_image(img: np.ndarray, size) -> np.ndarray:
 
 
 def pack_list(lst: str, root: str, num_thread=1, progress=True, skip_bad=False,
-              **options) -> tuple[int, list[str]]:
+              detection=False, **options) -> tuple[int, list[str]]:
     """Packs the images of ``lst`` into ``.rec`` + ``.idx`` beside it, in
-    list order; returns ``(records written, [skipped image: reason])``."""
+    list order; returns ``(records written, [skipped image: reason])``.
+    ``detection=True`` checks that every line holds a detection label
+    (``header_width, object_width, objects...``: docs/detection.md) before
+    anything is written, and packs it whole (``pack_label``)."""
     items = read_list(lst)
+    if detection:
+        from .train.detection_data import parse_det_label
+        for item in items:
+            parse_det_label(item[2:], f"{lst}: image {item[0]} ({item[1]})", Im2RecError)
+        options["pack_label"] = True
     base = os.path.splitext(lst)[0]
     skipped = []
 

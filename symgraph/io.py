@@ -2,9 +2,10 @@
 
 The iterators over arrays (``NDArrayIter``, ``PrefetchingIter``,
 ``ResizeIter``, ``DataBatch``, ``DataDesc``, ``DataIter``) are
-``symgraph.train.io``'s; ``ImageRecordIter`` is ``symgraph.train.image``'s,
-loaded on first use (it brings the image libraries). Both modules sit below
-this one, so neither imports the other in a circle.
+``symgraph.train.io``'s; ``ImageRecordIter`` is ``symgraph.train.image``'s
+and ``ImageDetRecordIter`` ``symgraph.train.detection_io``'s, each loaded on
+first use (they bring the image libraries). These modules sit below
+this one, so none imports another in a circle.
 """
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ def __getattr__(name):
     if name == "ImageRecordIter":
         from .train.image import ImageRecordIter
         return ImageRecordIter
+    if name == "ImageDetRecordIter":
+        from .train.detection_io import ImageDetRecordIter
+        return ImageDetRecordIter
     try:
         return getattr(_io, name)
     except AttributeError:
@@ -22,4 +26,5 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted({n for n in dir(_io) if not n.startswith("_")} | {"ImageRecordIter"})
+    return sorted({n for n in dir(_io) if not n.startswith("_")}
+                  | {"ImageRecordIter", "ImageDetRecordIter"})

@@ -26,6 +26,7 @@ def commands(monkeypatch):
     """``commands[module] = exception or stand-in module``; every other
     subcommand imports as a stand-in that records its runs."""
     calls, table = [], {}
+    real_import = importlib.import_module  # the patch below replaces importlib's own
 
     def import_module(module):
         found = table.get(module)
@@ -35,7 +36,7 @@ def commands(monkeypatch):
             return found
         if module in {m for m, _ in cli.SUBCOMMANDS.values()}:
             return fake_command(module, calls)
-        return importlib.import_module(module)
+        return real_import(module)
     monkeypatch.setattr(cli.importlib, "import_module", import_module)
     table["calls"] = calls
     return table

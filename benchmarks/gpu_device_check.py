@@ -16,7 +16,7 @@ benchmarks/results/gpu_device/.
    float32, symgraph's fit step against the hand-written ``jax.lax`` NHWC
    step (``symgraph.bench.handwritten``): images/s (median of timed rounds,
    interleaved) and MFU (symgraph's FLOP count of the step over the
-   device's dense peak, ``PEAK_FLOPS``).
+   device's dense peak, ``symgraph.bench.common.PEAK_FLOPS``).
 
 ``--quick`` uses small nets and batches (a smoke run; on a machine without a
 GPU it runs on the CPU with ``--device cpu``). Writes results.json and
@@ -39,9 +39,6 @@ NETS = [("resnet-50", 64, "float32"), ("vgg16", 64, "float32"), ("resnet-50", 12
 QUICK_NETS = [("resnet-cifar-20", 32, "float32"), ("mlp", 256, "float32")]
 SPEED = [("resnet-50", 128, "bfloat16"), ("vgg16", 64, "float32")]
 # dense tensor-core peak FLOP/s by device kind (NVIDIA's datasheets, SXM parts)
-PEAK_FLOPS = {"H100": {"bfloat16": 989e12, "float32": 494e12},  # float32 as TF32
-              "H200": {"bfloat16": 989e12, "float32": 494e12},
-              "A100": {"bfloat16": 312e12, "float32": 156e12}}
 HANDWRITTEN = {"resnet-50": "resnet-50", "vgg16": "vgg16"}
 
 
@@ -121,6 +118,7 @@ def speed_rows(nets, rounds=5, steps=10):
     import jax
     from symgraph import xla
     from symgraph.bench import handwritten as hw
+    from symgraph.bench.common import peak_flops
     from symgraph.memory import plan
     from symgraph.models import data_shapes, get_model
     rows = []
@@ -150,7 +148,7 @@ def speed_rows(nets, rounds=5, steps=10):
                 progs[k] = (c, a, keep)
         r = {"net": name, "batch": batch, "dtype": dtype, "device": kind,
              "step_flops": int(p.step_flops or 0)}
-        peak = next((v for k, v in PEAK_FLOPS.items() if k in kind), {}).get(dtype)
+        peak = peak_flops(kind, dtype)
         for k, ts in times.items():
             s = statistics.median(ts)
             r[k] = {"step_s": s, "images_per_s": batch / s,

@@ -31,6 +31,13 @@ blocked) beside the time of one step on a ready batch (blocked), each
 the median of ``--probe`` tries; their ratio is the data path's share of
 the step. The HLO of both steps (at the timing batch) is summarised by
 op counts (convolutions, transposes, copies, fusions) to explain a gap.
+On a GPU whose dense peak is known (H100, H200, A100:
+``bench.common.PEAK_FLOPS``) the MFU of each side: symgraph's FLOP count
+of the step over the best epoch's time per step over the peak. Both
+sides' projected time for 10 and 24 epochs of CIFAR-10's 50,000 images
+(the series' runs reach 94% in that range) is epochs x 50,000 / images/s.
+On a GPU, ``symgraph bench cifar --batch 512 --images 50000 --rounds 10``
+times the issue's ten epochs on random pixels.
 
 Memory (off with ``--no-memory``), at ``--memory-batch`` (512): the
 plan of symgraph's training step (``Module.plan_memory``, arena strategy,
@@ -64,10 +71,11 @@ import symgraph as sg
 
 from ..cli import UsageError
 from . import handwritten_cifar as hc
-from .common import default_out, write_results
+from .common import default_out, peak_flops, write_results
 from .train import _load, machine
 
 LR, MOMENTUM, WD = 0.4, 0.9, 5e-4
+CIFAR_TRAIN = 50_000  # CIFAR-10's training images
 EMA_DECAY, EMA_EVERY = 0.99 ** 5, 5
 HLO_OPS = ("convolution", "transpose", "copy", "fusion", "reduce-window", "select-and-scatter")
 
@@ -329,6 +337,17 @@ def measure_speed(args) -> dict:
         row[f"{name}_data_share"] = data_s / step_s
         row[f"{name}_hlo"] = hlo_ops(side.hlo())
     row["symgraph_measures"] = list(sym.mod.program_info()["measures"])
+    # MFU where the device's peak is known: symgraph's FLOP count of the step
+    plan = sg.plan(_symbol(args.widths), {"data": (args.batch, 3, 32, 32),
+                                          "softmax_label": (args.batch,)}, train=True)
+    row["step_flops"] = int(plan.step_flops)
+    peak = peak_flops(jax.devices()[0].device_kind, args.dtype)
+    for name in times:
+        per_step = args.batch / row[f"{name}_images_per_s"]
+        row[f"{name}_mfu"] = row["step_flops"] / per_step / peak if peak else None
+        # the series' runs: 10 to 24 epochs of CIFAR-10's 50,000 images
+        row[f"{name}_projected_s"] = {str(e): e * CIFAR_TRAIN / row[f"{name}_images_per_s"]
+                                      for e in (10, 24)}
     return row
 
 
@@ -391,6 +410,14 @@ def markdown(res: dict, command: str) -> str:
              f"{s['plain_data_ms']:.2f} | |",
              f"| data path / step | {s['symgraph_data_share']:.2%} | "
              f"{s['plain_data_share']:.2%} | |"]
+    if "step_flops" in s:
+        lines += [f"| MFU ({s['step_flops'] / 1e9:.1f} GFLOP a step) | "
+                  + " | ".join("-" if s[f"{n}_mfu"] is None else f"{s[f'{n}_mfu']:.1%}"
+                               for n in ("symgraph", "plain")) + " | |"]
+        lines += [f"| projected {e} epochs of 50,000 images, s | "
+                  + " | ".join(f"{s[f'{n}_projected_s'][str(e)]:,.1f}"
+                               for n in ("symgraph", "plain"))
+                  + " | |" for e in (10, 24)]
     for op in (*HLO_OPS, "instructions"):
         lines.append(f"| HLO `{op}` | {s['symgraph_hlo'][op]} | {s['plain_hlo'][op]} | |")
     m = res.get("memory")

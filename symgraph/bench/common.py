@@ -10,6 +10,17 @@ from ..errors import SymgraphError
 
 RESULTS_ROOT = "bench-results"
 
+# dense peak FLOP/s by device kind (NVIDIA's datasheets; float32 as TF32),
+# for MFU: a step's FLOPs over its time over this
+PEAK_FLOPS = {"H100": {"bfloat16": 989e12, "float32": 494e12},
+              "H200": {"bfloat16": 989e12, "float32": 494e12},
+              "A100": {"bfloat16": 312e12, "float32": 156e12}}
+
+
+def peak_flops(device_kind: str, dtype: str) -> float | None:
+    """The dense peak of a device whose kind names one of PEAK_FLOPS' GPUs."""
+    return next((v for k, v in PEAK_FLOPS.items() if k in device_kind), {}).get(dtype)
+
 
 class BenchError(SymgraphError):
     """A benchmark that cannot run here."""

@@ -145,7 +145,10 @@ def main(argv=None) -> dict:
     from symgraph.models import resnet9
     from symgraph.train import augment
 
-    logging.getLogger("symgraph").setLevel(logging.WARNING)
+    # fit's own per-epoch lines are not shown (this script prints its table);
+    # a logger of its own, so symgraph's stays as the caller set it
+    quiet = logging.getLogger("symgraph.examples.cifar10_fast")
+    quiet.setLevel(logging.WARNING)
     train = augment.DeviceAugmentIter(
         sg.io.NDArrayIter(data.x_train, data.y_train.astype("float32"), args.batch,
                           shuffle=True, seed=args.seed, last_batch_handle="discard",
@@ -157,7 +160,7 @@ def main(argv=None) -> dict:
     updates = args.epochs * per_epoch
     decay, every = ema_settings(updates, per_epoch)
     net = resnet9.get_symbol(len(data.classes), widths=args.widths)
-    mod = sg.mod.Module(net, compute_dtype=args.dtype, seed=args.seed,
+    mod = sg.mod.Module(net, compute_dtype=args.dtype, seed=args.seed, logger=quiet,
                         ema_decay=None if args.no_ema else decay, ema_every=every)
     sched = sg.lr_scheduler.PiecewiseLinearScheduler.triangle(updates, args.lr)
     metric = sg.metric.CrossEntropy()

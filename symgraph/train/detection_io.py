@@ -242,18 +242,7 @@ class ImageDetRecordIter(ImageRecordIter):
         self._inflight[b] = (data, label, futures, pad, pos)
 
     def _load(self, slot: int, p: int, data, label) -> None:
-        tried = 0
-        while True:
-            rec = int(self._order[(p + tried) % self.num_data])
-            try:
-                img, lab = self._decode(rec)
-                break
-            except recordio.RecordIOError as err:
-                if not self.skip_bad or tried + 1 >= self.num_data:
-                    raise TrainError(str(err)) from None
-                with self._lock:
-                    self.num_skipped += 1
-                tried += 1
+        rec, img, lab = self._decode_at(p)
         where = f"{self.path_imgrec}: record at byte offset {self._offsets[rec]}"
         header, objects = parse_det_label(lab, where)
         rng = np.random.default_rng([self.seed, self.epoch, rec, 1])

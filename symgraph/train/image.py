@@ -268,21 +268,27 @@ class ImageRecordIter(DataIter):
         return DataBatch([data], [label], pad, index=index, provide_data=self.provide_data,
                          provide_label=self.provide_label)
 
-    def _load(self, slot: int, p: int, data, label) -> None:
-        """Decodes and augments the record at epoch position ``p`` into
-        ``data[slot]``; its randomness comes from ``(seed, epoch, record)``."""
+    def _decode_at(self, p: int) -> tuple:
+        """``(record, image, label)`` of epoch position ``p``; with
+        ``skip_bad`` a record that does not decode is counted and the next
+        one taken."""
         tried = 0
         while True:
             rec = int(self._order[(p + tried) % self.num_data])
             try:
                 img, lab = self._decode(rec)
-                break
+                return rec, img, lab
             except recordio.RecordIOError as err:
                 if not self.skip_bad or tried + 1 >= self.num_data:
                     raise TrainError(str(err)) from None
                 with self._lock:
                     self.num_skipped += 1
                 tried += 1
+
+    def _load(self, slot: int, p: int, data, label) -> None:
+        """Decodes and augments the record at epoch position ``p`` into
+        ``data[slot]``; its randomness comes from ``(seed, epoch, record)``."""
+        rec, img, lab = self._decode_at(p)
         rng = np.random.default_rng([self.seed, self.epoch, rec, 1])
         out = self._augment(img, rng, rec)
         # channel-first in uint8 first: the arithmetic then runs on contiguous

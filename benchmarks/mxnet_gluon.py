@@ -37,10 +37,10 @@ or one. For each net and each side:
 The figure is the relative error ``max|symgraph - mxnet| / max|mxnet|``
 per array, the largest over the outputs and over the gradients; the
 target is 1e-5. Beside it, the largest ``||symgraph - mxnet|| /
-||mxnet||`` over the gradients: in float32 a max-pooling window whose two
-largest inputs differ by less than the rounding sends its gradient to
-another element on each side, which moves the elementwise figure by the
-size of that gradient and the norm figure by little. A gradient that is zero in exact arithmetic (a
+||mxnet||`` over the gradients, which a few elements far apart (a
+max-pooling window whose largest inputs tie within the rounding can send
+its gradient elsewhere) move little. A gradient that is zero in exact
+arithmetic (a
 convolution's bias ahead of a BatchNorm in training: the mean takes it
 out) holds only rounding on both sides; such a gradient (below 1e-6 of the
 largest) is judged against the largest gradient's scale. ``--dtype

@@ -155,3 +155,22 @@ def assert_one_clear_error(opname, attrs, shapes, err, words):
     for w in words:
         assert w in msg, msg
     assert isinstance(info.value, SymgraphError)
+
+
+def lowered_outputs(opname, attrs, *xs, is_train=False, key=None, hidden=False):
+    """(outputs as NumPy arrays, the node) of ``opname`` lowered and run on
+    inputs ``xs`` (their own dtypes): the visible outputs, or all of them
+    with ``hidden``; each output's shape and dtype must be the inferred ones."""
+    from symgraph.passes.infer import infer_shapes
+    names = [f"x{i}" for i in range(len(xs))]
+    node = Node(get_op(opname), "op", attrs, [Entry(Node(None, n)) for n in names])
+    count = node.num_outputs if hidden else node.num_visible_outputs
+    g = Graph([Entry(node, i) for i in range(count)])
+    inf = infer_shapes(g, {n: x.shape for n, x in zip(names, xs)},
+                       dtypes={n: x.dtype.name for n, x in zip(names, xs)})
+    outs, _ = jax.jit(lower(g, is_train=is_train))(dict(zip(names, xs)), key)
+    got = [np.asarray(o) for o in outs]
+    for e, o in zip(g.outputs, got):
+        assert o.shape == inf.shape(e), "inferred shape != lowered shape"
+        assert o.dtype == np.dtype(inf.dtype(e)), "inferred dtype != lowered dtype"
+    return got, node

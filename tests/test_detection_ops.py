@@ -12,13 +12,12 @@ import numpy as np
 import pytest
 
 from symgraph.errors import ShapeError, SymgraphError
-from symgraph.graph import Entry, Graph, Node
 from symgraph.lower import lower
 from symgraph.ops import get_op
 from symgraph.passes.gradient import build_gradient
 from symgraph.passes.infer import infer_shapes
 
-from grad_check import assert_one_clear_error, node_over
+from grad_check import assert_one_clear_error, lowered_outputs, node_over
 from op_reference_detection import (REFERENCE_DETECTION, box_nms_grad, nms_record,
                                     roi_pooling_full, roi_pooling_grad)
 
@@ -26,17 +25,7 @@ from op_reference_detection import (REFERENCE_DETECTION, box_nms_grad, nms_recor
 def run(opname, attrs, *xs, hidden=False):
     """symgraph's outputs (all of them with ``hidden``) for inputs xs, the
     inferred shapes and dtypes checked against the lowered ones."""
-    names = [f"x{i}" for i in range(len(xs))]
-    node = Node(get_op(opname), "op", attrs, [Entry(Node(None, n)) for n in names])
-    count = node.num_outputs if hidden else node.num_visible_outputs
-    g = Graph([Entry(node, i) for i in range(count)])
-    inf = infer_shapes(g, {n: x.shape for n, x in zip(names, xs)},
-                       dtypes={n: x.dtype.name for n, x in zip(names, xs)})
-    outs, _ = jax.jit(lower(g, is_train=False))(dict(zip(names, xs)), None)
-    got = [np.asarray(o) for o in outs]
-    for e, o in zip(g.outputs, got):
-        assert o.shape == inf.shape(e), "inferred shape != lowered shape"
-        assert o.dtype == np.dtype(inf.dtype(e)), "inferred dtype != lowered dtype"
+    got, node = lowered_outputs(opname, attrs, *xs, hidden=hidden)
     return got, node.params
 
 

@@ -17,21 +17,14 @@ from symgraph.ops import get_op
 from symgraph.passes.gradient import build_gradient
 from symgraph.passes.infer import infer_shapes
 
-from grad_check import assert_one_clear_error, finite_differences, node_over
+from grad_check import assert_one_clear_error, finite_differences, lowered_outputs, node_over
 from op_reference_glue import REFERENCE_GLUE, take_indices
 
 
 def forward(opname, attrs, *xs, dtypes=None):
     """(symgraph's output, NumPy's) for inputs ``xs`` (float64 unless given)."""
-    names = [f"x{i}" for i in range(len(xs))]
-    g, node = node_over(opname, attrs, names)
-    inf = infer_shapes(g, {n: x.shape for n, x in zip(names, xs)},
-                       dtypes={n: x.dtype.name for n, x in zip(names, xs)})
-    outs, _ = jax.jit(lower(g))(dict(zip(names, xs)))
-    got = np.asarray(outs[0])
-    assert got.shape == inf.shape(g.outputs[0]), "inferred shape != lowered shape"
-    assert got.dtype == np.dtype(inf.dtype(g.outputs[0])), "inferred dtype != lowered dtype"
-    return got, REFERENCE_GLUE[get_op(opname).name](node.params, *xs)
+    got, node = lowered_outputs(opname, attrs, *xs)
+    return got[0], REFERENCE_GLUE[get_op(opname).name](node.params, *xs)
 
 
 def gradients(opname, attrs, xs, head, wrt):

@@ -21,7 +21,7 @@ from symgraph.ops import get_op
 from symgraph.passes.gradient import build_gradient
 from symgraph.passes.infer import infer_shapes
 
-from grad_check import assert_one_clear_error, finite_differences, node_over
+from grad_check import assert_one_clear_error, finite_differences, lowered_outputs, node_over
 from op_reference import REFERENCE
 from op_reference_math import c_round, masked_softmax, mxnet_rint
 
@@ -35,15 +35,7 @@ def rand(*shape, low=-1.0, high=1.0):
 def run(opname, attrs, *xs, key=None, is_train=False):
     """symgraph's visible outputs for inputs ``xs`` (their own dtypes), with
     the inferred shapes and dtypes checked against the lowered ones."""
-    names = [f"x{i}" for i in range(len(xs))]
-    g, node = node_over(opname, attrs, names)
-    inf = infer_shapes(g, {n: x.shape for n, x in zip(names, xs)},
-                       dtypes={n: x.dtype.name for n, x in zip(names, xs)})
-    outs, _ = jax.jit(lower(g, is_train=is_train))(dict(zip(names, xs)), key)
-    got = [np.asarray(o) for o in outs]
-    for e, o in zip(g.outputs, got):
-        assert o.shape == inf.shape(e), "inferred shape != lowered shape"
-        assert o.dtype == np.dtype(inf.dtype(e)), "inferred dtype != lowered dtype"
+    got, node = lowered_outputs(opname, attrs, *xs, is_train=is_train, key=key)
     return got, node.params
 
 

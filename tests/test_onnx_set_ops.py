@@ -20,21 +20,13 @@ from symgraph.ops import get_op
 from symgraph.passes.gradient import build_gradient
 from symgraph.passes.infer import infer_shapes
 
-from grad_check import assert_one_clear_error, finite_differences, node_over
+from grad_check import assert_one_clear_error, finite_differences, lowered_outputs, node_over
 from op_reference_onnx import REFERENCE_ONNX, mx_mod
 
 
 def forward(opname, attrs, *xs):
     """(symgraph's outputs, NumPy's), each a list, for inputs ``xs``."""
-    names = [f"x{i}" for i in range(len(xs))]
-    g, node = node_over(opname, attrs, names)
-    inf = infer_shapes(g, {n: x.shape for n, x in zip(names, xs)},
-                       dtypes={n: x.dtype.name for n, x in zip(names, xs)})
-    outs, _ = jax.jit(lower(g))(dict(zip(names, xs)))
-    got = [np.asarray(o) for o in outs]
-    for o, e in zip(got, g.outputs):
-        assert o.shape == inf.shape(e), "inferred shape != lowered shape"
-        assert o.dtype == np.dtype(inf.dtype(e)), "inferred dtype != lowered dtype"
+    got, node = lowered_outputs(opname, attrs, *xs)
     want = REFERENCE_ONNX[get_op(opname).name](node.params, *xs)
     return got, list(want) if isinstance(want, tuple) else [want]
 

@@ -247,13 +247,7 @@ class ImageDetRecordIter(ImageRecordIter):
         header, objects = parse_det_label(lab, where)
         rng = np.random.default_rng([self.seed, self.epoch, rec, 1])
         out, objects = self.augment(img, objects, rng)
-        chw = np.ascontiguousarray(out.transpose(2, 0, 1))
-        if self._normalizes:
-            dst = data[slot]
-            np.subtract(chw, self._mean, out=dst, casting="unsafe")
-            np.multiply(dst, self._mult, out=dst, casting="unsafe")
-        else:
-            data[slot] = chw
+        self._store(out, data, slot)
         if self.label_layout == "mxnet":
             flat = np.concatenate([header, objects.ravel()])
             label[slot, :4] = (out.shape[2], out.shape[0], out.shape[1], flat.size)

@@ -22,6 +22,7 @@ import numpy as np
 
 from . import recordio
 from .errors import SymgraphError
+from .util import tab_lines
 
 
 class Im2RecError(SymgraphError):
@@ -65,18 +66,14 @@ def write_list(path: str, items) -> None:
 def read_list(path: str) -> list[tuple]:
     """``[(index, path, label, ...)]`` from a ``.lst`` file."""
     out = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            fields = [x.strip() for x in line.strip().split("\t")]
-            try:
-                if len(fields) < 3:
-                    raise ValueError
-                out.append((int(fields[0]), fields[-1], *(float(x) for x in fields[1:-1])))
-            except ValueError:
-                raise Im2RecError(f"{path}:{lineno}: expected 'index<TAB>label(s)<TAB>path', "
-                                  f"got {line.rstrip()!r}") from None
+    for where, line, fields in tab_lines(path):
+        try:
+            if len(fields) < 3:
+                raise ValueError
+            out.append((int(fields[0]), fields[-1], *(float(x) for x in fields[1:-1])))
+        except ValueError:
+            raise Im2RecError(f"{where}: expected 'index<TAB>label(s)<TAB>path', "
+                              f"got {line.rstrip()!r}") from None
     return out
 
 

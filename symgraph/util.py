@@ -157,3 +157,13 @@ def busy(message: str, stream=None, interval: float = 0.1):
         thread.join()
         stream.write("\r" + " " * width[0] + "\r")
         stream.flush()
+
+
+def tab_lines(path: str):
+    """``(where, line, fields)`` for each non-blank line of a tab-separated
+    file (an im2rec ``.lst``): ``where`` is ``path:line``, ``fields`` its
+    stripped fields."""
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                yield f"{path}:{lineno}", line, [x.strip() for x in line.strip().split("\t")]

@@ -30,6 +30,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
+from ..util import tab_lines
 from . import TrainError
 
 VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair",
@@ -112,20 +113,15 @@ def read_det_list(path: str) -> list[tuple]:
     is not ``index<TAB>label<TAB>path`` with a valid detection label is a
     TrainError naming the file and line."""
     out = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            fields = [x.strip() for x in line.strip().split("\t")]
-            where = f"{path}:{lineno}"
-            try:
-                if len(fields) < 4:
-                    raise ValueError
-                index, label = int(fields[0]), [float(x) for x in fields[1:-1]]
-            except ValueError:
-                raise TrainError(f"{where}: expected 'index<TAB>header_width<TAB>object_width"
-                                 f"<TAB>objects...<TAB>path', got {line.rstrip()!r}") from None
-            out.append((index, fields[-1], parse_det_label(label, where)[1]))
+    for where, line, fields in tab_lines(path):
+        try:
+            if len(fields) < 4:
+                raise ValueError
+            index, label = int(fields[0]), [float(x) for x in fields[1:-1]]
+        except ValueError:
+            raise TrainError(f"{where}: expected 'index<TAB>header_width<TAB>object_width"
+                             f"<TAB>objects...<TAB>path', got {line.rstrip()!r}") from None
+        out.append((index, fields[-1], parse_det_label(label, where)[1]))
     return out
 
 

@@ -23,7 +23,8 @@ SUBCOMMANDS = {
     "max-batch": ("symgraph.memory.maxbatch_cli", "the largest batch that fits a memory budget"),
     "viz": ("symgraph.viz", "draw a network (and its memory plan) with graphviz"),
     "zoo": ("symgraph.models.cli", "write a model-zoo network as symbol JSON"),
-    "bench": ("symgraph.bench", "run the memory / planner / training benchmarks"),
+    "bench": ("symgraph.bench", "run a benchmark: memory, planner, train, io, recompute, "
+              "cifar"),
     "im2rec": ("symgraph.im2rec", "make image lists and pack them into record files"),
     "launch": ("symgraph.parallel.launch", "start N local processes of a command for "
                "multi-process training"),
@@ -53,8 +54,9 @@ def _missing_dependency(err: ImportError) -> MissingDependency | None:
     top = name.split(".")[0]
     if top == "symgraph":
         return None
+    from .extras import install_hint
     return MissingDependency(f"this command needs the Python package '{top}', which is not "
-                             f"installed (pip install {top}, or reinstall symgraph)")
+                             f"installed: {install_hint(top)}")
 
 
 class _Parser(argparse.ArgumentParser):

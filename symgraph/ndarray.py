@@ -40,6 +40,7 @@ from . import params
 from .context import Context, current_context
 from .dtypes import narrow_for_jax, require_storable, to_dtype as _dtype
 from .errors import ContextError, OpError, SerializationError, ShapeError, UnknownOpError
+from .ops.registry import OpFunctions
 from .util import short_repr
 
 _ARRAY_TYPES = (np.ndarray, jax.Array)
@@ -754,38 +755,12 @@ def _invoke(opname: str, args, kwargs):
     return result[0] if len(result) == 1 else result
 
 
-_OP_FUNCTIONS: dict = {}
-
-
-def _op_function(name: str):
-    fn = _OP_FUNCTIONS.get(name)
-    if fn is None:
-        from .ops import get_op
-        op = get_op(name)
-
-        def fn(*args, **kwargs):
-            return _invoke(name, args, kwargs)
-
-        fn.__name__ = name
-        fn.__doc__ = (op.doc or f"The {name} op.") + "\n\nRuns eagerly on NDArrays."
-        _OP_FUNCTIONS[name] = fn
-    return fn
-
-
-def __getattr__(name: str):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    from .ops import get_op
-    try:
-        get_op(name)
-    except OpError as err:
-        raise UnknownOpError(f"sg.nd has no attribute '{name}': {err}") from None
-    return _op_function(name)
+_OP_FUNCTIONS = OpFunctions("sg.nd", _invoke, "\n\nRuns eagerly on NDArrays.")
+__getattr__ = _OP_FUNCTIONS.module_getattr
 
 
 def __dir__():
-    from .ops import list_ops
-    return sorted(list(globals()) + list_ops())
+    return OpFunctions.names(globals())
 
 
 __all__ = ["NDArray", "array", "zeros", "ones", "empty", "full", "arange", "waitall", "save",

@@ -20,10 +20,10 @@ import numpy as np
 
 from . import serialize
 from .dtypes import dtype_name, np_dtype
-from .errors import GraphError, OpError, ShapeError, UnknownOpError
+from .errors import GraphError, OpError, ShapeError
 from .graph import Entry, Graph, Node
-from .ops import get_op, list_ops
-from .ops.registry import format_attr
+from .ops import get_op
+from .ops.registry import OpFunctions, format_attr
 from .passes.infer import infer_shapes
 from .serialize import HIDDEN_KEYS
 from .util import short_repr
@@ -506,42 +506,28 @@ def _apply(opname: str, inputs: Sequence, attrs: dict, name: str | None = None,
     return Symbol([Entry(node, i) for i in range(node.num_visible_outputs)])
 
 
-def _make_op_function(opname: str):
-    op = get_op(opname)
-
-    def fn(*args, name: str | None = None, attr: dict | None = None, **kwargs):
-        inputs = list(args)
-        names = set()
-        kw_inputs, attrs = {}, {}
-        for k, v in kwargs.items():
-            if isinstance(v, Symbol):
-                kw_inputs[k] = v
-            else:
-                attrs[k] = v
-        if attr:
-            attrs.update({k if k.startswith("__") else f"__{k}__": v for k, v in attr.items()})
-        if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
-            inputs = list(inputs[0])
-        del names
-        return _apply(opname, inputs, attrs, name, kw_inputs)
-
-    fn.__name__ = opname
-    fn.__doc__ = op.doc or f"The {opname} op."
-    return fn
+def _call_op(opname: str, args, kwargs) -> Symbol:
+    """``sg.sym.OP(*inputs, name=, attr=, **attrs_or_named_inputs)``: a
+    Symbol keyword is a named input, anything else an attribute; one
+    list or tuple stands for the inputs."""
+    name, attr = kwargs.pop("name", None), kwargs.pop("attr", None)
+    inputs = list(args)
+    kw_inputs, attrs = {}, {}
+    for k, v in kwargs.items():
+        (kw_inputs if isinstance(v, Symbol) else attrs)[k] = v
+    if attr:
+        attrs.update({k if k.startswith("__") else f"__{k}__": v for k, v in attr.items()})
+    if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+        inputs = list(inputs[0])
+    return _apply(opname, inputs, attrs, name, kw_inputs)
 
 
-def __getattr__(name: str):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    try:
-        get_op(name)
-    except OpError as err:
-        raise UnknownOpError(f"sg.sym has no attribute '{name}': {err}") from None
-    return _make_op_function(name)
+_OP_FUNCTIONS = OpFunctions("sg.sym", _call_op)
+__getattr__ = _OP_FUNCTIONS.module_getattr
 
 
 def __dir__():
-    return sorted(list(globals()) + list_ops())
+    return OpFunctions.names(globals())
 
 
 def load(fname: str) -> Symbol:

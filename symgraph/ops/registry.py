@@ -445,6 +445,45 @@ def list_ops(include_internal: bool = False) -> list[str]:
     return names
 
 
+class OpFunctions:
+    """The registered ops as the functions of a module (``sg.sym.relu``,
+    ``sg.nd.relu``), made once per op: ``call(opname, args, kwargs)`` runs
+    one; ``where`` names the module in the error for an unknown name; the
+    docstring is the op's, then ``note``. A module's ``__getattr__`` is
+    ``module_getattr``; its ``__dir__`` is ``names(globals())``."""
+
+    def __init__(self, where: str, call: Callable, note: str = ""):
+        self.where, self.call, self.note = where, call, note
+        self._made: dict = {}
+
+    def __call__(self, name: str):
+        fn = self._made.get(name)
+        if fn is None:
+            op = get_op(name)
+            call = self.call
+
+            def fn(*args, **kwargs):
+                return call(name, args, kwargs)
+
+            fn.__name__ = fn.__qualname__ = name
+            fn.__doc__ = (op.doc or f"The {name} op.") + self.note
+            self._made[name] = fn
+        return fn
+
+    def module_getattr(self, name: str):
+        from ..errors import UnknownOpError
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return self(name)
+        except OpError as err:
+            raise UnknownOpError(f"{self.where} has no attribute '{name}': {err}") from None
+
+    @staticmethod
+    def names(module_globals: dict) -> list:
+        return sorted(list(module_globals) + list_ops())
+
+
 def all_opdefs() -> list[OpDef]:
     """Each OpDef once (aliases folded)."""
     seen, out = set(), []

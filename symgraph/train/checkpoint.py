@@ -66,9 +66,9 @@ def load_arrays(path: str) -> tuple[dict, dict]:
     """``(arg_params, aux_params)`` of a ``.params`` file as NDArrays on the
     current context. With 64-bit JAX off an int64/float64 array is
     narrowed to 32 bits with a warning where that keeps its values, and
-    refused by name where it would not (``ndarray.from_files``)."""
+    refused by name where it would not (``ndarray_io.from_files``)."""
     from ..context import current_context
-    from ..ndarray import from_files
+    from ..ndarray_io import from_files
     arg, aux = split_arg_aux(load_params_file(path))
     dev = current_context().jax_device
     names = [f"arg:{k}" for k in arg] + [f"aux:{k}" for k in aux]

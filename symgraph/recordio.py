@@ -21,19 +21,25 @@ module writes is byte for byte what MXNet writes (``pack_img`` aside: its
 JPEG bytes come from libjpeg-turbo through simplejpeg, not OpenCV).
 
 Reads go through ``mmap``; a truncated or corrupt record raises
-``RecordIOError`` naming the file and the byte offset.
+``RecordIOError`` naming the file and the byte offset. Images are sized
+from their header before they are decoded: one of more than
+``MAX_IMAGE_PIXELS`` pixels is refused, never allocated.
 """
 from __future__ import annotations
 
+import io
 import mmap
 import numbers
 import os
+import re
 import struct
+import threading
 from collections import namedtuple
 
 import numpy as np
 
 from .errors import SymgraphError
+from .util import short_repr
 
 MAGIC = 0xCED7230A
 _MAGIC_BYTES = struct.pack("<I", MAGIC)
@@ -43,6 +49,16 @@ _MAX_LEN = 1 << 29  # the length field has 29 bits
 # MXNet's IRHeader: struct 'IfQQ' (flag, label, id, id2); 24 bytes, no padding
 _IR_FORMAT = "<IfQQ"
 _IR_SIZE = struct.calcsize(_IR_FORMAT)
+# the most pixels ``imdecode`` decodes (an image's header says how many it
+# has): 100 megapixels, 10000x10000, 300 MB as RGB. A hostile 65-byte PNG
+# or JPEG header can claim 65000x65000 (12 GiB); such images are refused
+# before anything is allocated. ``max_pixels=`` or this setting raises it.
+MAX_IMAGE_PIXELS = 100_000_000
+# the formats Pillow may open for imdecode (JPEG goes to libjpeg-turbo): what
+# OpenCV's imdecode reads, not Pillow's every plugin (EPS runs Ghostscript)
+PILLOW_FORMATS = ("PNG", "JPEG", "BMP", "GIF", "TIFF", "WEBP", "PPM")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 IRHeader = namedtuple("HEADER", ["flag", "label", "id", "id2"])
 IRHeader.__doc__ = """Header of an image record: ``flag`` (0, or the number of
 float32 labels that follow the header), ``label`` (a float, or an array
@@ -118,6 +134,8 @@ def read_record(mm, pos: int, name: str = "<buffer>") -> tuple[bytes, int] | Non
     """The record starting at byte ``pos`` of ``mm`` (bytes, mmap) and the
     offset of the next one; ``None`` at the end. Stateless, so threads can
     share one mmap."""
+    if pos < 0:
+        raise RecordIOError(f"{name}: byte offset {pos} is negative")
     if pos >= len(mm):
         return None
     chunks = []
@@ -162,6 +180,9 @@ def open_mmap(path):
         raise RecordIOError(f"cannot read record file {path}: no such file") from None
     except IsADirectoryError:
         raise RecordIOError(f"cannot read record file {path}: it is a folder") from None
+    except (OSError, ValueError) as err:  # no permission; a file mmap cannot map
+        raise RecordIOError(f"cannot read record file {path}: "
+                            f"{getattr(err, 'strerror', None) or err}") from None
 
 
 class MXRecordIO:
@@ -340,7 +361,7 @@ def read_index(path, key_type=int) -> tuple[dict, list]:
                     key, pos = key_type(fields[0]), int(fields[1])
                 except (ValueError, IndexError):
                     raise RecordIOError(f"{path}:{lineno}: expected 'key<TAB>offset', got "
-                                        f"{line.rstrip()!r}") from None
+                                        f"{short_repr(line.rstrip())}") from None
                 if pos < 0:
                     raise RecordIOError(f"{path}:{lineno}: offset {pos} is negative")
                 if key not in idx:
@@ -363,16 +384,26 @@ def pack(header, s: bytes) -> bytes:
     in the header (``flag`` 0); an array of labels follows it as float32
     (``flag`` = their number, header label 0)."""
     header = IRHeader(*header)
+    try:
+        label = np.asarray(header.label, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise RecordIOError(f"cannot pack label {short_repr(header.label)}: not a number "
+                            f"or a list of numbers") from None
+    big = np.abs(label[np.isfinite(label)])
+    if big.size and big.max() > _FLOAT32_MAX:
+        raise RecordIOError(f"cannot pack label {big.max():g}: beyond float32's range "
+                            f"(+-{_FLOAT32_MAX:.4g})")
     if isinstance(header.label, numbers.Number):
         header = header._replace(flag=0)
     else:
-        label = np.asarray(header.label, dtype=np.float32).ravel()
+        label = label.astype(np.float32)
         header = header._replace(flag=label.size, label=0)
         s = label.tobytes() + bytes(s)
     try:
         return struct.pack(_IR_FORMAT, *header) + bytes(s)
-    except struct.error as err:
-        raise RecordIOError(f"cannot pack header {tuple(header)}: {err}") from None
+    except (struct.error, OverflowError) as err:
+        raise RecordIOError(f"cannot pack header {short_repr(tuple(header))}: {err}") \
+            from None
 
 
 def unpack(s: bytes) -> tuple[IRHeader, bytes]:
@@ -391,35 +422,102 @@ def unpack(s: bytes) -> tuple[IRHeader, bytes]:
     return header, s
 
 
-def imdecode(buf, iscolor: int = 1, to_rgb: bool = True) -> np.ndarray:
-    """JPEG or PNG bytes -> uint8 array: HxWx3 (RGB, or BGR with
+def imdecode(buf, iscolor: int = 1, to_rgb: bool = True, max_pixels: int | None = None
+             ) -> np.ndarray:
+    """JPEG or PNG (or BMP, GIF...) bytes -> uint8 array: HxWx3 (RGB, or BGR with
     ``to_rgb=False``) for ``iscolor=1``, HxW for ``iscolor=0``; ``-1``
     keeps the file's channels, as OpenCV's flags (IMREAD_UNCHANGED): HxW
     for a grey image, HxWx4 (RGBA, or BGRA) for one with alpha. JPEGs decode with
-    libjpeg-turbo (simplejpeg; the GIL is released), others with Pillow.
-    A corrupt image raises ``RecordIOError``."""
+    libjpeg-turbo (simplejpeg; the GIL is released), others with Pillow
+    (``PILLOW_FORMATS`` only). An image whose header claims more than
+    ``max_pixels`` pixels (default ``MAX_IMAGE_PIXELS``, read at each call)
+    is refused before it is decoded. A corrupt image raises
+    ``RecordIOError``."""
     buf = bytes(buf) if not isinstance(buf, (bytes, bytearray, memoryview)) else buf
+    n = len(buf)
+    limit = MAX_IMAGE_PIXELS if max_pixels is None else int(max_pixels)
     if bytes(buf[:3]) == b"\xff\xd8\xff":
         import simplejpeg
         try:
-            if iscolor == 0 or (iscolor == -1 and _jpeg_is_gray(buf)):
+            h, w, space, _ = simplejpeg.decode_jpeg_header(buf)
+            _check_size("JPEG", n, w, h, limit)
+            if iscolor == 0 or (iscolor == -1 and space == "Gray"):
                 return simplejpeg.decode_jpeg(buf, colorspace="GRAY")[:, :, 0]
             return simplejpeg.decode_jpeg(buf, colorspace="RGB" if to_rgb else "BGR")
-        except (ValueError, RuntimeError) as err:
-            raise RecordIOError(f"cannot decode JPEG ({len(buf)} bytes): {err}") from None
-    import io
-    from PIL import Image, UnidentifiedImageError
+        except (RecordIOError, MemoryError):
+            raise
+        except Exception as err:  # noqa: BLE001 -- hostile bytes: any decoder failure
+            raise RecordIOError(f"cannot decode JPEG ({n} bytes): {_reason(err)}") from None
+    if bytes(buf[:8]) == b"\x89PNG\r\n\x1a\n" and bytes(buf[12:16]) == b"IHDR" and n >= 24:
+        w, h = struct.unpack(">II", bytes(buf[16:24]))  # before Pillow reads anything
+        _check_size("PNG", n, w, h, limit)
+    from PIL import UnidentifiedImageError
     try:
-        with Image.open(io.BytesIO(buf)) as im:
+        im = _pil_open(buf)
+    except MemoryError:
+        raise
+    except UnidentifiedImageError:
+        raise RecordIOError(f"cannot decode image ({n} bytes): not an image of a known "
+                            f"format ({', '.join(PILLOW_FORMATS)})") from None
+    except Exception as err:  # noqa: BLE001
+        raise RecordIOError(f"cannot decode image ({n} bytes): {_reason(err)}") from None
+    with im:
+        what = im.format or "image"
+        _check_size(what, n, im.size[0], im.size[1], limit)
+        try:
             if iscolor == 0 or (iscolor == -1 and im.mode in ("L", "I;16", "1")):
                 return np.asarray(im.convert("L"))
             if iscolor == -1 and _has_alpha(im):  # OpenCV's IMREAD_UNCHANGED keeps it
                 arr = np.asarray(im.convert("RGBA"))
                 return arr if to_rgb else arr[:, :, [2, 1, 0, 3]].copy()
             arr = np.asarray(im.convert("RGB"))
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
-        raise RecordIOError(f"cannot decode image ({len(buf)} bytes): {err}") from None
+        except MemoryError:
+            raise
+        except Exception as err:  # noqa: BLE001
+            raise RecordIOError(f"cannot decode {what} ({n} bytes): {_reason(err)}") from None
     return arr if to_rgb else arr[:, :, ::-1].copy()
+
+
+_PIL_LOCK = threading.Lock()
+
+
+def _pil_open(buf):
+    """Pillow's lazy open (the header only), its decompression-bomb check
+    (a warning past 89M pixels, an error past 179M) off for the moment:
+    our limit replaces it, checked on the size the header gives. The lock
+    keeps our threads from restoring each other's setting."""
+    from PIL import Image
+    with _PIL_LOCK:
+        saved = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = None
+        try:
+            return Image.open(io.BytesIO(buf), formats=PILLOW_FORMATS)
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+
+
+_FUNCTION = re.compile(r"^\w+\(\):\s*")  # libjpeg-turbo's 'tjDecompress2(): '
+
+
+def _reason(err: BaseException) -> str:
+    """A decoder's complaint on one line, without its function's name."""
+    return _FUNCTION.sub("", " ".join(str(err).split())) or type(err).__name__
+
+
+class ImageSizeError(RecordIOError):
+    """An image whose header claims more pixels than ``imdecode`` decodes;
+    ``width``, ``height`` and ``limit`` say how many."""
+
+    def __init__(self, message: str, width: int, height: int, limit: int):
+        super().__init__(message)
+        self.width, self.height, self.limit = width, height, limit
+
+
+def _check_size(what: str, n: int, w: int, h: int, limit: int) -> None:
+    if w * h > limit:
+        raise ImageSizeError(f"cannot decode {what} ({n} bytes): its header says {w}x{h} "
+                             f"pixels ({w * h:,}), more than the limit of {limit:,} "
+                             f"(MAX_IMAGE_PIXELS, docs/recordio.md)", w, h, limit)
 
 
 def _has_alpha(im) -> bool:
@@ -428,14 +526,6 @@ def _has_alpha(im) -> bool:
     if im.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
         return True
     return im.mode in ("RGB", "P") and "transparency" in im.info
-
-
-def _jpeg_is_gray(buf) -> bool:
-    import simplejpeg
-    try:
-        return simplejpeg.decode_jpeg_header(buf)[2] == "Gray"
-    except (ValueError, RuntimeError) as err:
-        raise RecordIOError(f"cannot decode JPEG ({len(buf)} bytes): {err}") from None
 
 
 def imencode(img: np.ndarray, img_fmt: str = ".jpg", quality: int = 95,
@@ -457,10 +547,13 @@ def imencode(img: np.ndarray, img_fmt: str = ".jpg", quality: int = 95,
         if img.shape[2] == 4:  # JPEG has no alpha: OpenCV's encoder drops it too
             img = img[:, :, :3]
         colorspace = "GRAY" if img.shape[2] == 1 else ("BGR" if bgr else "RGB")
-        return simplejpeg.encode_jpeg(np.ascontiguousarray(img), quality=int(quality),
-                                      colorspace=colorspace, colorsubsampling="420")
+        try:
+            return simplejpeg.encode_jpeg(np.ascontiguousarray(img), quality=int(quality),
+                                          colorspace=colorspace, colorsubsampling="420")
+        except (ValueError, RuntimeError) as err:  # a side over 65535, a bad quality
+            raise RecordIOError(f"cannot encode a {img.shape[1]}x{img.shape[0]} image as "
+                                f"JPEG: {_reason(err)}") from None
     if fmt == ".png":
-        import io
         from PIL import Image
         if img.ndim == 3 and img.shape[2] == 1:
             img = img[:, :, 0]
@@ -479,10 +572,12 @@ def pack_img(header, img: np.ndarray, quality: int = 95, img_fmt: str = ".jpg") 
     return pack(header, imencode(img, img_fmt, quality))
 
 
-def unpack_img(s: bytes, iscolor: int = -1) -> tuple[IRHeader, np.ndarray]:
+def unpack_img(s: bytes, iscolor: int = -1, max_pixels: int | None = None
+               ) -> tuple[IRHeader, np.ndarray]:
     """``(header, image)`` of a record made by ``pack_img``; the image is
     BGR, as OpenCV's ``imdecode`` gives it to MXNet. ``iscolor`` is
     OpenCV's flag: 1 colour (HxWx3), 0 grey (HxW), -1 (the default) the
-    file's own channels, an alpha channel kept (HxWx4, BGRA)."""
+    file's own channels, an alpha channel kept (HxWx4, BGRA). ``max_pixels``
+    as ``imdecode``'s."""
     header, s = unpack(s)
-    return header, imdecode(s, iscolor, to_rgb=False)
+    return header, imdecode(s, iscolor, to_rgb=False, max_pixels=max_pixels)

@@ -187,3 +187,140 @@ def test_errors_are_symgraph_errors(tmp_path):
     with pytest.raises(SymgraphError, match="no record with key 9"):
         rio.MXIndexedRecordIO(os.path.join(DATA, "indexed.idx"),
                               os.path.join(DATA, "indexed.rec"), "r").read_idx(9)
+
+
+# -- hostile images and records ----------------------------------------------------
+
+def _png_header(w, h):
+    """A 65-byte PNG: signature, an IHDR claiming w x h RGB pixels, an empty
+    IDAT and IEND (the chunks laid out by hand from the PNG spec)."""
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + \
+            struct.pack(">I", zlib.crc32(kind + data))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+
+
+def _jpeg_claiming(w, h):
+    """A small real JPEG whose SOF0 marker is rewritten to claim w x h."""
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(buf, "JPEG")
+    data = bytearray(buf.getvalue())
+    sof = data.find(b"\xff\xc0")
+    data[sof + 5:sof + 9] = struct.pack(">HH", h, w)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("make, what, size", [
+    (lambda: _png_header(100000, 100000), "PNG", "100000x100000"),
+    (lambda: _jpeg_claiming(65000, 65000), "JPEG", "65000x65000"),
+    (lambda: _png_header(12000, 12000), "PNG", "12000x12000"),
+])
+def test_image_beyond_the_limit_is_refused_before_decoding(make, what, size):
+    import tracemalloc
+    import warnings
+    data = make()
+    tracemalloc.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # Pillow's DecompressionBombWarning would raise
+            with pytest.raises(rio.ImageSizeError, match=f"cannot decode {what} .*{size} "
+                                                         f"pixels") as info:
+                rio.imdecode(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 10 * 2 ** 20, peak  # nothing of the claimed size was allocated
+    assert "\n" not in str(info.value) and "MAX_IMAGE_PIXELS" in str(info.value)
+    assert info.value.limit == rio.MAX_IMAGE_PIXELS
+    # and through a record
+    with pytest.raises(rio.RecordIOError, match=size):
+        rio.unpack_img(rio.pack((0, 1.0, 0, 0), data))
+
+
+def test_max_pixels_per_call_and_module_wide(monkeypatch):
+    img = np.arange(6 * 7 * 3, dtype=np.uint8).reshape(6, 7, 3)
+    png = rio.imencode(img, ".png")
+    with pytest.raises(rio.ImageSizeError, match="7x6 pixels"):
+        rio.imdecode(png, max_pixels=41)
+    np.testing.assert_array_equal(rio.imdecode(png, to_rgb=False, max_pixels=42), img)
+    monkeypatch.setattr(rio, "MAX_IMAGE_PIXELS", 41)  # read at each call
+    with pytest.raises(rio.ImageSizeError):
+        rio.imdecode(png)
+    with pytest.raises(rio.ImageSizeError):
+        rio.imdecode(rio.imencode(img, ".jpg"))
+
+
+def test_pillow_bomb_warning_never_printed(monkeypatch):
+    """Within our limit, Pillow's own (lower) warning threshold stays quiet:
+    a 40x40 BMP against a Pillow threshold of 1000 pixels."""
+    import io
+    import warnings
+
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.fromarray(np.full((40, 40, 3), 7, np.uint8)).save(buf, "BMP")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # warns over 1000, raises over 2000
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rio.imdecode(buf.getvalue()).shape == (40, 40, 3)
+    with pytest.raises(rio.ImageSizeError, match="40x40"):
+        rio.imdecode(buf.getvalue(), max_pixels=1599)
+
+
+def test_corrupt_images_are_one_clean_line():
+    cases = {b"\x89PNG\r\n\x1a\n" + b"junk" * 4: "cannot decode",
+             b"\xff\xd8\xff\xe0 corrupt": "cannot decode JPEG",
+             b"GIF89a" + b"\0" * 20: "cannot decode",
+             b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n": "not an image of a known",
+             b"": "not an image of a known"}
+    for data, words in cases.items():
+        with pytest.raises(rio.RecordIOError, match=words) as info:
+            rio.imdecode(data)
+        msg = str(info.value)
+        assert "\n" not in msg and "BytesIO" not in msg and "()" not in msg, msg
+
+
+def test_labels_beyond_float32_are_refused():
+    for label in (1e300, [1.0, -1e39], np.float64(1e300)):
+        with pytest.raises(rio.RecordIOError, match="beyond float32's range"):
+            rio.pack((0, label, 0, 0), b"")
+    with pytest.raises(rio.RecordIOError, match="not a number"):
+        rio.pack((0, "x", 0, 0), b"")
+    with pytest.raises(rio.RecordIOError, match="cannot pack header"):
+        rio.pack((0, 1.0, -1, 0), b"")  # id is uint64
+    assert rio.unpack(rio.pack((0, 3.0e38, 0, 0), b""))[0].label == np.float32(3.0e38)
+
+
+def test_offsets_outside_the_file(tmp_path):
+    data = _record(0, b"abcd")
+    with pytest.raises(rio.RecordIOError, match="byte offset -1000000000 is negative"):
+        rio.read_record(data, -10 ** 9, "x.rec")
+    assert rio.read_record(data, 10 ** 30, "x.rec") is None
+    path = tmp_path / "x.rec"
+    path.write_bytes(data)
+    for pos in (-10 ** 9, 10 ** 30):
+        with pytest.raises(rio.RecordIOError, match="outside the file"):
+            rio.MXRecordIO(path, "r").seek(pos)
+    for text, words in [("0\t-1000000000\n", "is negative"), ("0\t1e30\n", "expected 'key"),
+                        ("0\t" + "1" * 31 + "\n", "past the end"), ("0\t" + "9" * 5000, "key")]:
+        (tmp_path / "x.idx").write_text(text)
+        with pytest.raises(rio.RecordIOError, match=words) as info:
+            rio.MXIndexedRecordIO(tmp_path / "x.idx", path, "r")
+        assert len(str(info.value)) < 300
+    (tmp_path / "x.idx").write_bytes(b"\xff\xfe0\t0\n")
+    with pytest.raises(rio.RecordIOError, match="not an index file"):
+        rio.MXIndexedRecordIO(tmp_path / "x.idx", path, "r")
+    (tmp_path / "d.idx").mkdir()
+    with pytest.raises(rio.RecordIOError, match="Is a directory"):
+        rio.MXIndexedRecordIO(tmp_path / "d.idx", path, "r")
+
+
+def test_jpeg_wider_than_its_format_allows():
+    with pytest.raises(rio.RecordIOError, match="cannot encode a 65536x1 image as JPEG"):
+        rio.imencode(np.zeros((1, 65536, 3), np.uint8))

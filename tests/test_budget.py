@@ -43,6 +43,23 @@ def test_parse_budget_refuses(bad):
     assert info.value.smallest is None
 
 
+def test_parse_budget_bounds_and_brief_messages():
+    # ints are read exactly, up to what an int64 holds
+    assert B.parse_budget(B.MAX_BUDGET) == B.MAX_BUDGET == 2 ** 63 - 1
+    assert B.parse_budget(np.int64(2 ** 62 + 1)) == 2 ** 62 + 1
+    for big in (B.MAX_BUDGET + 1, "1e19", 10 ** 400, float(2 ** 64)):
+        with pytest.raises(B.BudgetError, match="is above 9,223,372,036,854,775,807 bytes"):
+            B.parse_budget(big)
+    # an int past the 4,300 digits Python will print, a text of 5,000: named, cut short
+    for bad, shown in ((10 ** 5000, "<a int>"), (-10 ** 5000, "<a int>"),
+                       ("9" * 5000 + "GiB", "'" + "9" * 56 + "..."),
+                       ("6" + "x" * 5000, "'6xxx")):
+        with pytest.raises(B.BudgetError) as info:
+            B.parse_budget(bad)
+        msg = str(info.value)
+        assert msg.startswith(f"budget {shown}") and len(msg) < 300, msg
+
+
 def test_optimizer_bytes():
     assert B.optimizer_bytes(1000, None) == B.optimizer_bytes(1000, "sgd") == 0
     assert B.optimizer_bytes(1000, "momentum") == B.optimizer_bytes(1000, "NAG") == 1000
@@ -449,7 +466,11 @@ def test_solver_is_never_costlier_than_mirror_or_sqrt():
 
 
 def test_public_names():
+    from symgraph.memory import recompute_problem
     assert sg.BudgetError is B.BudgetError and issubclass(sg.BudgetError, sg.PlanError)
+    # the recompute sets live in recompute_problem; budget's names stay
+    assert B.Problem is recompute_problem.Problem and B.ALGORITHMS == ("mirror", "sqrt", "solver")
+    assert "activation" in B.MIRROR_FAMILIES and not hasattr(B, "CHEAP_FAMILIES")
     assert sg.memory.parse_budget is B.parse_budget and sg.memory.ALGORITHMS == B.ALGORITHMS
     with pytest.raises(sg.BudgetError):
         sg.plan(sg.models.get_model("mlp"), {"data": (8, 784)}, train=True, budget=10)

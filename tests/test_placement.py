@@ -514,3 +514,22 @@ def test_pipelined_microbatches_equal_data_parallel(replicas):
                                rtol=1e-10)
     with pytest.raises(ContextError, match="positive integer"):
         Pipelined(G2C, microbatches=0)
+
+
+def test_group2ctx_text_and_devices_refuse_hostile_input():
+    from symgraph.parallel.placement import parse_context, parse_group2ctx_arg
+    assert parse_group2ctx_arg("stage1=cpu:1, stage2 = cpu(2)") == G2C
+    assert parse_context("gpu3") == sg.gpu(3) and parse_context(["cpu:1"]) == sg.cpu(1)
+    # str.isdigit() takes a superscript two or an Arabic-Indic one; int() then fails
+    for dev in ("cpu:\u00b2", "cpu:\u0661", "cpu:-1", "cpu:+1", "cpu:1.0", "tpu:0", "cpu",
+                "", None, 1, ["cpu:1", "cpu:2"]):
+        with pytest.raises(PlacementError, match="is not a device"):
+            parse_context(dev)
+    with pytest.raises(PlacementError, match="'cpu:\u00b2' is not a device"):
+        parse_group2ctx_arg("stage1=cpu:\u00b2")
+    # a group given twice is refused, never the last one silently kept
+    with pytest.raises(PlacementError, match="group 'stage1' is given twice"):
+        parse_group2ctx_arg("stage1=cpu:1,stage2=cpu:2,stage1=cpu:3")
+    for text in ("", " , ", "stage1", "=cpu:1", "stage1=cpu:1,,stage2"):
+        with pytest.raises(PlacementError, match="--group2ctx"):
+            parse_group2ctx_arg(text)

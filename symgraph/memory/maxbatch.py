@@ -77,7 +77,8 @@ def _budget_error(message: str, budget: int, smallest: int | None) -> BudgetErro
 def _scale_shapes(shapes: dict, batch_axis: int) -> tuple:
     """(the batch the shapes give, a function batch -> shapes)."""
     from ..passes.infer import check_shapes
-    shapes = check_shapes(shapes)
+    # a None shape is unknown (as in sg.plan): inferred at every batch, not set
+    shapes = {k: v for k, v in (check_shapes(shapes) or {}).items() if v is not None}
     if not shapes:
         raise PlanError("max_batch: give the input shapes, e.g. {'data': (1, 3, 224, 224)}")
     given = {}

@@ -17,12 +17,19 @@ jax.distributed):
                              so each process has K CPU devices
 
 Each line a process prints is forwarded prefixed by "[rank i] " (its
-standard error to standard error). When a process exits with an error,
-or the run passes --timeout, the others are stopped (SIGTERM, then
-SIGKILL after a few seconds: JAX catches SIGTERM) and the launcher exits
-1 with one line naming the rank. On a cluster set the same variables by
-hand, or run under SLURM's srun: SLURM_PROCID and SLURM_NTASKS are read
-when the SYMGRAPH_ variables are not set.
+standard error to standard error). Each process starts in its own process
+group. When a process exits with an error, or the run passes --timeout,
+the others are stopped (SIGTERM, then SIGKILL after a few seconds: JAX
+catches SIGTERM) and the launcher exits 1 with one line naming the rank.
+When the run ends, however it ends, every process group is ended the same
+way, so nothing a process left running in the background outlives the
+run. -n is at most 256 and --devices-per-process at most 256
+(MAX_PROCESSES, MAX_DEVICES_PER_PROCESS): one machine runs no more
+usefully, and a larger -n would only start processes until the machine
+runs out.
+On a cluster set the same variables by hand, or run under SLURM's srun:
+SLURM_PROCID and SLURM_NTASKS are read when the SYMGRAPH_ variables are
+not set.
 """
 from __future__ import annotations
 
@@ -43,6 +50,9 @@ from .distributed import (ENV_COORDINATOR, ENV_LOCAL_DEVICE_IDS, ENV_LOCAL_DEVIC
 # seconds between SIGTERM and SIGKILL when stopping the processes
 GRACE_S = 3.0
 HOST = "127.0.0.1"
+# bounds of -n and --devices-per-process (docs/cli.md states them)
+MAX_PROCESSES = 256
+MAX_DEVICES_PER_PROCESS = 256
 
 
 class LaunchError(SymgraphError):
@@ -66,6 +76,19 @@ def check_port(port: int) -> None:
             why = "is in use" if err.errno == errno.EADDRINUSE else f"cannot be used ({err})"
             raise LaunchError(f"launch: --port {port} {why} on {HOST}; pick another or leave "
                               f"--port out for a free one") from None
+
+
+def check_counts(num, devices) -> None:
+    """LaunchError unless 1 <= num <= MAX_PROCESSES and 1 <= devices <=
+    MAX_DEVICES_PER_PROCESS."""
+    for what, v, most in (("-n", num, MAX_PROCESSES),
+                          ("--devices-per-process", devices, MAX_DEVICES_PER_PROCESS)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise LaunchError(f"launch: {what} must be a whole number, got {v!r}")
+        if v < 1:
+            raise LaunchError(f"launch: {what} must be at least 1, got {v}")
+        if v > most:
+            raise LaunchError(f"launch: {what} is at most {most} on one machine, got {v}")
 
 
 def process_env(base: dict, rank: int, num: int, port: int, devices: int) -> dict:
@@ -94,22 +117,35 @@ def _forward(stream, prefix: bytes, out, lock) -> None:
 
 
 def _stop(procs, grace: float) -> None:
-    """SIGTERM to each live process group, SIGKILL to what is left after
-    ``grace`` seconds."""
-    live = [p for p in procs if p.poll() is None]
-    for p in live:
+    """SIGTERM to every process's group, SIGKILL to what is left of them
+    after ``grace`` seconds. Every group, not only the live processes': a
+    process that exited (0 or not) may have left children running in it."""
+    for p in procs:
         _signal(p, signal.SIGTERM)
     end = time.monotonic() + grace
-    while time.monotonic() < end and any(p.poll() is None for p in live):
+    while time.monotonic() < end and any(_group_alive(p) for p in procs):
         time.sleep(0.05)
-    for p in live:
-        if p.poll() is None:
+    for p in procs:
+        if _group_alive(p):
             _signal(p, signal.SIGKILL)
-    for p in live:
+    for p in procs:
         try:
             p.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - unkillable
             pass
+
+
+def _group_alive(p) -> bool:
+    """Whether ``p`` or anything in its process group still runs (the
+    group's id is p's pid, kept by the kernel while the group has a
+    member)."""
+    if p.poll() is None:
+        return True
+    try:
+        os.killpg(p.pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _signal(p, sig) -> None:
@@ -133,6 +169,7 @@ def launch(command, num: int, devices: int = 1, port: int | None = None,
            env=None) -> tuple[int, str | None]:
     """Runs ``num`` processes of ``command``; returns ``(exit code, error
     line or None)``: 0 when every process exited 0."""
+    check_counts(num, devices)
     out = out or sys.stdout.buffer
     err = err or sys.stderr.buffer
     port = free_port() if port is None else port
@@ -184,9 +221,10 @@ def launch(command, num: int, devices: int = 1, port: int | None = None,
 
 def add_arguments(p) -> None:
     p.add_argument("-n", "--num-processes", type=int, required=True, metavar="N",
-                   help="how many processes to start")
+                   help=f"how many processes to start (1 to {MAX_PROCESSES})")
     p.add_argument("--devices-per-process", type=int, default=1, metavar="K",
-                   help="CPU devices each process simulates (XLA_FLAGS); default 1")
+                   help=f"CPU devices each process simulates (XLA_FLAGS; 1 to "
+                        f"{MAX_DEVICES_PER_PROCESS}); default 1")
     p.add_argument("--port", type=int, default=None, metavar="P",
                    help="coordinator port on 127.0.0.1 (default: a free one)")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
@@ -202,11 +240,7 @@ def run(args) -> int:
     if not command:
         raise LaunchError("launch: no command given; write it after --, such as "
                           "symgraph launch -n 2 -- python train.py")
-    if args.num_processes < 1:
-        raise LaunchError(f"launch: -n must be at least 1, got {args.num_processes}")
-    if args.devices_per_process < 1:
-        raise LaunchError(f"launch: --devices-per-process must be at least 1, got "
-                          f"{args.devices_per_process}")
+    check_counts(args.num_processes, args.devices_per_process)
     if args.timeout is not None and not args.timeout > 0:
         raise LaunchError(f"launch: --timeout must be a positive number of seconds, got "
                           f"{args.timeout:g}")

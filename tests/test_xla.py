@@ -489,21 +489,21 @@ def test_parser_on_a_known_dump():
 
 
 def test_docs_plan_vs_xla_table_matches_the_committed_run():
-    """docs/memory.md's before/after table is the committed benchmark's."""
+    """The plan-vs-XLA README's before/after table is the committed benchmark's."""
     import json
     import os
     import re
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "benchmarks", "results", "plan_vs_xla", "results.json")) as f:
         rows = json.load(f)["rows"]
-    with open(os.path.join(root, "docs", "memory.md")) as f:
+    with open(os.path.join(root, "benchmarks", "results", "plan_vs_xla", "README.md")) as f:
         doc = f.read()
     doc = doc[doc.index("### Before and after"):]
     mib = lambda b: f"{b / 2 ** 20:,.0f}"
     assert rows
     for r in rows:
         line = re.search(rf"^\| {re.escape(r['net'])} \| {r['mode']} \|(.*)$", doc, re.M)
-        assert line, f"no row for {r['net']} {r['mode']} in docs/memory.md"
+        assert line, f"no row for {r['net']} {r['mode']} in the README"
         cells = [c.strip().strip("*") for c in line.group(1).split("|")]
         s, q = r["symgraph"], r["plain_jax"]
         assert cells[:6] == [mib(r["arena"]), mib(s["none"]["temp"]), mib(s[r["best"]]["temp"]),

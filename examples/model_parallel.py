@@ -6,15 +6,15 @@ same Module on one device.
     python examples/model_parallel.py                  # 5 steps, batch 32
     python examples/model_parallel.py --steps 20 --batch-size 64
 
-On a CPU-only machine the script asks XLA for 4 simulated devices, which
-must happen before JAX starts, as here. It prints the largest difference
+On a CPU-only machine the script asks XLA for 3 simulated CPU devices
+(``XLA_FLAGS=--xla_force_host_platform_device_count=3``), which must
+happen before JAX starts, as here; a larger count already set is kept. It prints the largest difference
 between the two runs' parameters, where each stage's arrays live, the
 per-device memory plan, and the steps per second of both.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
@@ -61,11 +61,10 @@ def train(sg, np, net, batches, batch_size, group2ctxs=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "--xla_force_host_platform_device_count" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=4".strip()
     import numpy as np
     import symgraph as sg
+    from symgraph.context import simulate_cpu_devices
+    simulate_cpu_devices(3)  # cpu(0) and the two stages' cpu(1), cpu(2)
 
     net = two_stage_net(sg)
     rng = np.random.default_rng(0)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
 
@@ -79,10 +78,10 @@ def get_net(kind: str):
 def main(argv=None) -> float:
     """Trains and returns the test accuracy."""
     args = parse_args(argv)
-    if args.devices > 1 and "jax" not in sys.modules:
-        os.environ.setdefault("XLA_FLAGS",
-                              f"--xla_force_host_platform_device_count={args.devices}")
     import symgraph as sg
+    from symgraph.context import simulate_cpu_devices
+    if args.devices > 1:  # used only where the GPUs are fewer; harmless beside them
+        simulate_cpu_devices(args.devices)
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     xtr, ytr, xte, yte = load_data(args.seed, image=args.net == "cnn")

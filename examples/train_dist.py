@@ -3,6 +3,11 @@
     symgraph launch -n 2 --devices-per-process 2 -- python examples/train_dist.py
     python examples/train_dist.py --devices 4        # the same batches in one process
 
+``--devices N`` outside a launcher simulates N CPU devices when the
+machine has fewer (``XLA_FLAGS=--xla_force_host_platform_device_count=N``,
+set before JAX starts, as here); under ``symgraph launch`` each process
+has the ``--devices-per-process`` it was given.
+
 Under ``symgraph launch`` every process trains on its own part of each
 batch of ``--batch`` samples (``NDArrayIter(part_index=rank,
 num_parts=workers)``); the step is one program over every process's
@@ -49,10 +54,14 @@ def main(argv=None) -> int:
 
     import symgraph as sg
     from symgraph.parallel import distributed
+    from symgraph.context import simulate_cpu_devices
     from symgraph.util import atomic_open
 
     # join the other processes before JAX starts (only under a launcher)
-    kv = sg.kv.create("dist_sync") if distributed.settings_from_env() else sg.kv.create("local")
+    launched = distributed.settings_from_env()
+    if args.devices and not launched:
+        simulate_cpu_devices(args.devices)
+    kv = sg.kv.create("dist_sync") if launched else sg.kv.create("local")
     rank, workers = kv.rank, kv.num_workers
     if args.fail_rank == rank:
         raise RuntimeError(f"rank {rank} fails on purpose")

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """Draw the example pictures of docs/cli.md (``symgraph viz`` and
-``symgraph plan --plot``) into a folder, docs/images/ by default.
+``symgraph plan --plot``) into a folder.
 
-    python examples/viz_examples.py            # rewrites docs/images/
+    python examples/viz_examples.py            # into ./viz-examples/
     python examples/viz_examples.py /tmp/pics  # anywhere else
+    python examples/viz_examples.py --docs     # rewrites docs/images/ (the committed ones)
+
+The default folder is a new one in the current directory, so that trying
+the example leaves a checkout's tracked pictures alone; ``--docs`` is for
+refreshing them after a change to what ``symgraph viz`` draws.
 
 Graphs are SVG (small, sharp at any zoom), the memory timeline a PNG.
 Every picture is drawn through the same functions the CLI uses
@@ -12,14 +17,15 @@ docs show what the commands draw. Needs Graphviz's ``dot`` program.
 """
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 
 import symgraph as sg
 from symgraph import viz
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_OUT = os.path.join(os.path.dirname(HERE), "docs", "images")
+DOCS_OUT = os.path.join(os.path.dirname(HERE), "docs", "images")
+DEFAULT_OUT = "viz-examples"
 
 
 CONV_SHAPE = {"data": (32, 3, 32, 32)}
@@ -59,6 +65,19 @@ def main(out_dir: str = DEFAULT_OUT) -> list[str]:
     return written
 
 
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0])
+    p.add_argument("out_dir", nargs="?", default=None,
+                   help=f"folder to draw into (default: ./{DEFAULT_OUT}/)")
+    p.add_argument("--docs", action="store_true",
+                   help="draw into the checkout's docs/images/ (rewrites the committed pictures)")
+    args = p.parse_args(argv)
+    if args.docs and args.out_dir:
+        p.error("give a folder or --docs, not both")
+    return args
+
+
 if __name__ == "__main__":
-    for p in main(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_OUT):
+    args = parse_args()
+    for p in main(DOCS_OUT if args.docs else args.out_dir or DEFAULT_OUT):
         print(f"wrote {p}  ({os.path.getsize(p) / 1024:.0f} KiB)")

@@ -1,10 +1,12 @@
-"""Run the benchmarks: memory plans, planner speed, training throughput.
+"""Run the benchmarks: memory plans, planner speed, training throughput,
+the image pipeline, recompute to a budget, the fast CIFAR-10 recipe.
 
     symgraph bench memory [--nets vgg16,inception-bn] [--batch 32,64,128]
                           [--out DIR] [--quick]
     symgraph bench planner [ARGS ...]   (symgraph/bench/planner.py)
     symgraph bench train [ARGS ...]     (symgraph/bench/train.py)
     symgraph bench io [ARGS ...]        (symgraph/bench/io.py)
+    symgraph bench recompute [ARGS ...] (symgraph/bench/recompute.py)
     symgraph bench cifar [ARGS ...]     (symgraph/bench/cifar.py)
 
 Each writes JSON, a markdown table (and PNG charts) under a results
@@ -13,8 +15,8 @@ folder: ``--out``, or ``./bench-results/NAME`` under the current folder
 checkout's committed ``benchmarks/results/``, so a smoke test or a partial
 run never replaces a full one. The benchmarks live in the package, so an
 installed symgraph runs them from any folder; ``benchmarks/*.py`` in a
-checkout are thin wrappers of the same code. The planner and training
-benchmarks parse their own arguments (they pass through unchanged).
+checkout are thin wrappers of the same code. All but ``memory`` parse
+their own arguments (they pass through unchanged).
 """
 from __future__ import annotations
 

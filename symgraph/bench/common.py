@@ -26,6 +26,14 @@ class BenchError(SymgraphError):
     """A benchmark that cannot run here."""
 
 
+def smoke_note(what: str) -> str:
+    """The line a ``--quick`` run prints, and puts in its table and chart:
+    it checks that the benchmark runs, at sizes where ``what`` (its
+    figures) say nothing about a real run."""
+    return (f"SMOKE RUN (--quick): checks that the benchmark runs end to end; at these toy "
+            f"sizes {what} mean nothing -- run without --quick for real figures")
+
+
 def default_out(name: str, quick: bool = False) -> str:
     """Where a benchmark writes without ``--out``: ``bench-results/NAME``
     (``NAME-quick``) under the current folder -- never the committed

@@ -10,6 +10,12 @@ import os
 
 from ..util import atomic_open, atomic_write_text
 from ..xla import measures_label
+from .common import smoke_note
+
+SMOKE_WHAT = "the plans of two small nets at batch 4 and their ratios to XLA's figures"
+# a bar this many times the tallest naive bar is cut at the top and labelled with
+# its value, so one outlier (XLA's temp of a tiny net) does not flatten the rest
+CLIP = 1.5
 
 MIB = 2 ** 20
 STRATEGIES = ("naive", "inplace", "coshare", "both", "arena", "lower_bound")
@@ -87,6 +93,8 @@ def markdown(result: dict) -> str:
     """The result as markdown: one table per mode, then the conventions."""
     rows = result["rows"]
     lines = [f"# Memory benchmark ({result['date']})", ""]
+    if result.get("config", {}).get("quick"):
+        lines += [f"**{smoke_note(SMOKE_WHAT)}**", ""]
     m = result["machine"]
     v = result["versions"]
     lines.append(f"Machine: {m.get('cpu') or m.get('machine')}, {m['cpu_count']} cores, "
@@ -159,6 +167,7 @@ def charts(result: dict, folder: str) -> list[str]:
     rows = result["rows"]
     written = []
     nets = list(dict.fromkeys(r["net"] for r in rows))
+    smoke = smoke_note(SMOKE_WHAT) if result.get("config", {}).get("quick") else None
     bars = ["naive", "inplace", "coshare", "both", "arena", "xla_temp", "mxnet_both"]
     labels = {"xla_temp": "XLA temp", "mxnet_both": "MXNet"}
 
@@ -174,6 +183,10 @@ def charts(result: dict, folder: str) -> list[str]:
         # groups: [(label, values)]; bars side by side, lower bound as a line;
         # a series with no value anywhere (no MXNet file, --no-xla) gets no slot
         shown = [k for k in bars if any(v.get(k) is not None for _, v in groups)]
+        if not shown:  # a mode not measured (--modes train): say so, draw nothing
+            ax.set_title(f"{title}: not measured")
+            ax.axis("off")
+            return
         width = 0.8 / len(shown)
         for gi, (_, vals) in enumerate(groups):
             for bi, key in enumerate(shown):
@@ -185,6 +198,18 @@ def charts(result: dict, folder: str) -> list[str]:
             lb = vals["lower_bound"]
             ax.hlines(lb, gi - 0.42, gi + 0.42, colors="black", linestyles="--",
                       label="lower bound" if gi == 0 else None)
+        naive = max((v["naive"] for _, v in groups if v.get("naive")), default=None)
+        top = max((v.get(k) or 0 for _, v in groups for k in shown), default=0)
+        if naive and top > CLIP * naive:
+            limit = CLIP * naive
+            ax.set_ylim(0, limit)
+            for gi, (_, vals) in enumerate(groups):
+                for bi, key in enumerate(shown):
+                    v = vals.get(key)
+                    if v is not None and v > limit:
+                        ax.text(gi + (bi - len(shown) / 2 + 0.5) * width, limit * 0.97,
+                                f"{v:.3g}\n(cut)", ha="center", va="top", fontsize=7,
+                                color="white", fontweight="bold")
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels([g[0] for g in groups], rotation=30 if len(groups) > 4 else 0,
                            ha="right" if len(groups) > 4 else "center")
@@ -198,7 +223,7 @@ def charts(result: dict, folder: str) -> list[str]:
             sel = [r for r in rows if r["net"] == net and r["mode"] == mode]
             grouped(ax, [(f"batch {r['batch']}", values(r)) for r in sel],
                     f"{net}, {'training' if mode == 'train' else 'inference'}")
-        _legend(fig, axes[0])
+        _legend(fig, axes[0], smoke)
         name = f"{_safe(net)}.png"
         _save(fig, os.path.join(folder, name))
         plt.close(fig)
@@ -219,7 +244,7 @@ def charts(result: dict, folder: str) -> list[str]:
         grouped(ax, groups, f"{'Training' if mode == 'train' else 'Inference'}, batch {ref}: "
                             f"memory relative to naive")
         ax.set_ylabel("fraction of naive")
-    _legend(fig, axes[0])
+    _legend(fig, axes[0], smoke)
     name = f"overview_batch{ref}.png"
     _save(fig, os.path.join(folder, name))
     plt.close(fig)
@@ -227,12 +252,19 @@ def charts(result: dict, folder: str) -> list[str]:
     return written
 
 
-def _legend(fig, ax) -> None:
-    # one legend below the panels, where it hides no bar
+def _legend(fig, ax, smoke: str | None = None) -> None:
+    # one legend below the panels, where it hides no bar; a quick run's note above them
     handles, labels = ax.get_legend_handles_labels()
+    for other in fig.axes:  # the first panel may be a mode not measured
+        if handles:
+            break
+        handles, labels = other.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8,
                frameon=False)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    if smoke:
+        import textwrap
+        fig.suptitle(textwrap.fill(smoke, 95), color="#b71c1c", fontsize=9)
+    fig.tight_layout(rect=(0, 0.07, 1, 0.93 if smoke else 1))
 
 
 def _safe(name: str) -> str:

@@ -142,3 +142,42 @@ def arena_plan(live: Liveness, lower_bound: int, fallback: Assignment | None = N
                           list(fallback.slot_size), list(fallback.inplace),
                           note=f"the {fallback.name} plan's slots laid side by side")
     return Assignment("arena", [off[b] for b in buf], peak, buf, bsize, pairs, note=how)
+
+
+class ArenaCheck:
+    """What ``Plan.check_arena`` checked, once it passed: the plan of
+    ``strategy`` (every tensor at its offset of one ``arena_bytes`` buffer)
+    run by the arena interpreter over ``steps`` steps on ``runs`` input sets
+    (random inputs of ``seeds``, or the feeds given), each output equal to
+    the plain lowering's byte for byte. Its repr is that sentence, so a
+    check typed at a prompt says what it did rather than nothing."""
+
+    __slots__ = ("strategy", "train", "steps", "tensors", "arena_bytes", "outputs", "seeds",
+                 "seconds")
+
+    def __init__(self, strategy: str, train: bool, steps: int, tensors: int,
+                 arena_bytes: int, outputs, seeds, seconds: float):
+        self.strategy, self.train, self.steps, self.tensors = strategy, train, steps, tensors
+        self.arena_bytes, self.outputs = arena_bytes, tuple(outputs)
+        self.seeds = None if seeds is None else tuple(seeds)
+        self.seconds = seconds
+
+    @property
+    def runs(self) -> int:
+        return 1 if self.seeds is None else len(self.seeds)
+
+    def __str__(self) -> str:
+        inputs = ("the inputs given" if self.seeds is None else
+                  "random inputs of seed" + ("s " if self.runs > 1 else " ")
+                  + " and ".join(map(str, self.seeds)))
+        outs = ", ".join(self.outputs[:4]) + (f" and {len(self.outputs) - 4} more"
+                                              if len(self.outputs) > 4 else "")
+        return (f"arena check passed: the {self.strategy} plan of the "
+                f"{'training' if self.train else 'inference'} graph ({self.steps} steps, "
+                f"{self.tensors} tensors at their offsets in one "
+                f"{self.arena_bytes / 2 ** 20:,.2f} MiB buffer) run on {inputs}; "
+                f"{len(self.outputs)} output(s) ({outs}) equal to the plain lowering's "
+                f"byte for byte; {self.seconds:.1f} s")
+
+    def __repr__(self) -> str:
+        return f"<ArenaCheck: {self}>"

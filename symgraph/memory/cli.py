@@ -187,7 +187,11 @@ def run(args) -> int:
                 net, shapes, budget, target, compute_dtype=args.compute_dtype,
                 allow_over_budget=args.allow_over_budget, opt_in="--allow-over-budget",
                 **options)
-        p.xla = {**figures, "budget_holds": holds}
+        # the report compares with the budget asked; the plan's own budget is
+        # lower where it was made again to the excess XLA's program held
+        planned_to, p.budget = p.budget, budget
+        p.xla = {**figures, "budget_holds": holds,
+                 **({"planned_to": planned_to} if planned_to not in (None, budget) else {})}
     else:
         p = plan(net, shapes, train=args.train, budget=budget, group2ctx=group2ctx, **options)
     if not args.no_xla and p.xla is None:

@@ -2,7 +2,7 @@
 
 The JSON form is exactly::
 
-    {"net": str, "train": bool, "shapes": {name: [dims] or null},
+    {"net": str or null, "train": bool, "shapes": {name: [dims] or null},
      "bytes": {"arguments": int, "gradients": int, "aux": int, "optimizer": int,
                "internal": {"naive": int, "inplace": int, "coshare": int,
                             "both": int, "arena": int, "lower_bound": int}},
@@ -15,10 +15,16 @@ The JSON form is exactly::
                                     "deviceless": bool, "memory": int or null,
                                     "pool": int or null, "workspace_allowance": int},
                          "optimizer": str (training), "measures": [names],
+                         "recompute": int (forward tensors the program recomputes),
+                         "segments": null (one fused program), a count, true
+                                     (staged, the default count) or "auto"
+                                     (whichever holds less, where it recomputes),
                          "compute_dtype": str},
              "fit": {"fits": bool, "footprint": int, "allowance": int, "need": int,
                      "pool": int, "spare": int} (a target with known memory),
-             "budget_holds": bool (plan --budget)} or null,
+             "budget_holds": bool (plan --budget),
+             "planned_to": int (plan --budget, where the plan was made again
+                                to less than the budget)} or null,
      "verified": true}
 
 ``total`` is arguments + gradients + aux + optimizer (the state of the
@@ -37,6 +43,11 @@ int, "bytes": {the layout above}, "copies": {"in_bytes", "in_count",
 "out_bytes", "out_count"}, "total": int, "verified": true}``
 (memory/devices.py).
 
+``net`` is the name the plan was given (``symgraph plan`` gives the file's
+stem, ``sg.plan(..., name=)`` what it is told; null when none was: the
+graph's output node is no name for a net). A plan of the net
+rewritten channels-last (``layout='NHWC'``, ``--layout NHWC``) also has
+``"layout": "NHWC"``.
 ``shapes`` are the input shapes the plan was made for (as given; null for
 one given as unknown), ``xla``
 the ``memory_analysis()`` of the program a Module runs for the net (null
@@ -61,7 +72,7 @@ def report_json(plan) -> dict:
     if not plan.verified:
         raise ValueError("an unverified plan is never reported")
     return {
-        "net": str(plan.net),
+        "net": net_name(plan),
         "train": bool(plan.train),
         "shapes": {k: None if v is None else [int(d) for d in v]
                    for k, v in plan.shapes.items()},
@@ -81,7 +92,35 @@ def report_json(plan) -> dict:
         "xla": None if plan.xla is None else dict(plan.xla),
         "verified": True,
         **({} if plan.devices is None else {"devices": plan.devices.to_json()}),
+        **({} if layout(plan) == "NCHW" else {"layout": layout(plan)}),
     }
+
+
+def net_name(plan) -> str | None:
+    """The plan's name, or None where it is only the output node's name
+    (``sg.plan`` without ``name=`` falls back to it: 'softmax' names no net)."""
+    name = plan.net
+    if not name:
+        return None
+    outputs = getattr(plan.graph, "outputs", None) or []
+    if outputs and name == outputs[0].node.name:
+        return None
+    return str(name)
+
+
+def layout(plan) -> str:
+    """The layout the net was planned in: NCHW as given, or NHWC (channels-last)."""
+    return (plan.options or {}).get("layout") or "NCHW"
+
+
+def _share(part: int, whole: int) -> str:
+    """``part`` as a percentage of ``whole``, never rounded up to 100.0% (or
+    down to it) when the two differ."""
+    pct = 100 * part / whole
+    text = f"{pct:.1f}%"
+    if part != whole and text == "100.0%":
+        text = f"{pct:.3f}%"
+    return text
 
 
 def _fit_line(fit: dict, t: dict) -> str:
@@ -113,7 +152,11 @@ def report_text(plan) -> str:
                       for k, v in plan.shapes.items())
     n_ops = sum(1 for n in g.nodes if n.op is not None)
     fused = plan.fusion
-    lines = [f"memory plan: {plan.net} ({mode}){'  ' + shapes if shapes else ''}",
+    name = net_name(plan)
+    what = (f" ({mode}, layout NHWC: channels-last between the convolutions)"
+            if layout(plan) == "NHWC" else f" ({mode})")
+    lines = [f"memory plan{': ' + name if name else ''}{what}"
+             f"{'  ' + shapes if shapes else ''}",
              f"  {n_ops} ops, {fused.num_fused_nodes} fused into {len(fused.groups)} groups; "
              f"{live.num_steps} steps (schedule {plan.options.get('schedule', 'dfs')}); "
              f"{live.num_tensors} planned tensors", ""]
@@ -127,7 +170,10 @@ def report_text(plan) -> str:
     lines.append(_row("total", plan.total))
     if plan.budget is not None:
         lines.append(_row("budget", plan.budget,
-                          f"  total is {plan.total / plan.budget:.1%} of it"))
+                          f"  the plan's total is {_share(plan.total, plan.budget)} of it"))
+        if plan.xla and plan.xla.get("planned_to") is not None:
+            lines.append(f"  (planned again to {_mib(plan.xla['planned_to'])} MiB: XLA's program "
+                         f"of the plan to the budget held more than the budget)")
     if plan.algorithm is not None:
         step = plan.step_flops or 0
         share = f" ({plan.extra_flops / step:.1%} of the step's {step:,})" if step else ""
@@ -192,7 +238,7 @@ def report_text(plan) -> str:
         if x.get("fit"):
             lines.append(_fit_line(x["fit"], prog["target"]))
         if "budget_holds" in x and plan.budget is not None:
-            lines.append(f"budget {_mib(plan.budget)} MiB: the program holds {_mib(held)} MiB, "
+            lines.append(f"budget {_mib(plan.budget)} MiB: XLA's program holds {_mib(held)} MiB, "
                          + ("within it" if x["budget_holds"] else
                             "over it: no program compiled held the budget (the smallest "
                             "is shown, --allow-over-budget)"))

@@ -1,4 +1,4 @@
-"""NumPy references of the detection ops (symgraph/ops/detection.py),
+"""NumPy references of the detection ops (symgraph/ops/multibox.py, symgraph/ops/detection.py),
 written as plain loops from the semantics of MXNet 1.9.1's CPU kernels
 (src/operator/contrib/multibox_{prior,target,detection}.cc,
 bounding_box-inl.h), one box and one anchor at a time, so that a

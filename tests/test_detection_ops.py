@@ -1,4 +1,4 @@
-"""The detection ops (symgraph/ops/detection.py): MultiBoxPrior,
+"""The detection ops (symgraph/ops/multibox.py, symgraph/ops/detection.py): MultiBoxPrior,
 MultiBoxTarget, MultiBoxDetection, box_nms and box_iou, lowered to JAX,
 against the loop-by-loop NumPy references of op_reference_detection.py
 (written from MXNet 1.9.1's CPU kernels) on random boxes with ties, -1
@@ -506,3 +506,17 @@ def test_roi_align_matches_reference(attrs):
         probe = rng.normal(size=data.shape)
         want = np.sum(ref(node.params, probe, rois) * heads)
         np.testing.assert_allclose(np.sum(dx * probe), want, rtol=1e-9)
+
+
+@pytest.mark.parametrize("opname,module", [
+    ("_contrib_MultiBoxPrior", "multibox"), ("_contrib_MultiBoxTarget", "multibox"),
+    ("_contrib_MultiBoxDetection", "multibox"), ("_contrib_box_nms", "detection"),
+    ("_contrib_box_iou", "detection"), ("ROIPooling", "detection"),
+    ("_contrib_ROIAlign", "detection"), ("_contrib_box_decode", "boxes")])
+def test_each_op_is_defined_in_one_module(opname, module):
+    # the MultiBox ops live in ops/multibox.py, the box and ROI ops in
+    # ops/detection.py and ops/boxes.py; an alias finds the same definition
+    op = get_op(opname)
+    assert op.lower.__module__ == f"symgraph.ops.{module}"
+    for alias in op.aliases:
+        assert get_op(alias) is op

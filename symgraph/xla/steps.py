@@ -5,6 +5,7 @@ compare with (``plain_jax_step``). See the package docstring.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import jax
@@ -99,6 +100,28 @@ def _program_parts(plan):
     labels = [n for n in batch if n.endswith("label")]
     data = [n for n in batch if n not in labels]
     return g, wrt, data, labels
+
+
+def cast_bytes(plan, compute_dtype="float32") -> int:
+    """Bytes of the ``compute_dtype`` copies a Module computing in
+    ``compute_dtype`` makes of its float parameters, fixed arguments and
+    aux states (``TrainPrograms._feeds`` casts them down inside the
+    program): temp in XLA's figure, while the arena of the net planned in
+    ``compute_dtype`` holds none, its parameters being arguments. XLA:GPU
+    keeps each copy from the forward to the backward that reads it again
+    (VGG-16 bfloat16, batch 64: 256 of the 264 MiB alive at the peak,
+    benchmarks/results/gpu_targets/README.md). 0 in float32."""
+    if compute_dtype in (None, "float32", "float64"):
+        return 0
+    if compute_dtype not in ("bfloat16", "float16"):
+        raise XlaError(f"compute_dtype={compute_dtype!r}; use float32, bfloat16 or float16")
+    g, _, data, labels = _program_parts(plan)
+    names = set(g.list_arguments()) - set(data) - set(labels)
+    names |= set(g.list_auxiliary_states())
+    size = jnp.dtype(compute_dtype).itemsize
+    return sum(math.prod(s.shape) * size for s in _structs(plan.graph, plan.inferred,
+                                                           names).values()
+               if jnp.issubdtype(s.dtype, jnp.floating))
 
 
 def plan_recompute(plan) -> list:

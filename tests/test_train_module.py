@@ -1,7 +1,6 @@
 """The Module: its compiled step against plain JAX, data parallel against
 one device, mixed precision, checkpoints (crash safety and exact resume),
 the KVStore, and the errors users see."""
-import glob
 import logging
 import os
 import subprocess
@@ -596,3 +595,50 @@ def test_plan_memory_plans_what_one_device_runs():
     mod.bind([("data", (16, 6))], [("softmax_label", (16,))])
     report = mod.plan_memory().report()
     assert "(training)" in report and "data=8,6" in report
+
+
+def test_lifecycle_is_one_stage_and_calls_out_of_order_say_what_comes_first(tmp_path):
+    """bind -> init_params -> init_optimizer as one ``Stage``; MXNet's flags
+    read from it; each call made too early names the call it needs."""
+    from symgraph.train.module_state import Stage
+    data, label = [("data", (16, 6))], [("softmax_label", (16,))]
+    batch = batches((6,), 1, dtype=np.float32)[0]
+    mod = sg.mod.Module(mlp())
+    assert mod.stage is Stage.NEW
+    assert (mod.binded, mod.params_initialized, mod.optimizer_initialized) == (False,) * 3
+    for call, match in [(mod.init_params, r"init_params: call bind\(\) first"),
+                        (lambda: mod.forward(batch), r"forward: call bind\(\) first"),
+                        (lambda: mod.save_checkpoint(str(tmp_path / "x"), 1),
+                         "save_checkpoint: no parameters yet")]:
+        with pytest.raises(TrainError, match=match):
+            call()
+    mod.bind(data, label)
+    assert mod.stage is Stage.BOUND and mod.binded and not mod.params_initialized
+    with pytest.raises(TrainError, match=r"init_optimizer: call init_params\(\) first"):
+        mod.init_optimizer()
+    mod.init_params(sg.init.Xavier(), seed=0)
+    assert mod.stage is Stage.READY and mod.params_initialized
+    for call, match in [(lambda: mod.train_step(batch), r"train_step\(\) needs init_optimizer"),
+                        (mod.compiled_memory, r"compiled_memory: call init_optimizer\(\)"),
+                        (lambda: mod.save_optimizer_states(str(tmp_path / "s")),
+                         r"save_optimizer_states: call init_optimizer\(\) first")]:
+        with pytest.raises(TrainError, match=match):
+            call()
+    mod.init_optimizer(optimizer_params={"learning_rate": 0.1})
+    assert mod.stage is Stage.TRAINING and mod.optimizer_initialized
+    mod.train_step(batch)
+    before = params_of(mod)
+    # a rebind that trains other parameters drops the optimizer, keeps the values
+    mod.bind(data, label, force_rebind=True, grad_req={"fc1_weight": "null"})
+    assert mod.stage is Stage.READY and not mod.optimizer_initialized
+    assert_params_close(params_of(mod), before, rtol=0, atol=0)
+    with pytest.raises(AttributeError):
+        mod.binded = False  # the flags are read from the stage, never set
+    # parameters set before bind wait for it
+    waiting = sg.mod.Module(mlp())
+    waiting.set_params(*mod.get_params())
+    assert waiting.stage is Stage.PARAMS_WAITING
+    assert waiting.params_initialized and not waiting.binded
+    waiting.bind(data, label)
+    assert waiting.stage is Stage.READY
+    assert_params_close(params_of(waiting), before, rtol=0, atol=0)

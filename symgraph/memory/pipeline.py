@@ -11,7 +11,7 @@ them.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import PlanError
 from ..graph import Graph
@@ -21,13 +21,13 @@ from ..passes.infer import Inferred, check_shapes, infer_shapes
 from ..passes.prune import prune
 from ..passes.recompute import RECOMPUTE_ATTR, is_recompute
 from ..passes.schedule import schedule as schedule_pass
+from ..util import short_repr
 from . import arena as arena_mod
 from . import planner
 from .liveness import Liveness, analyze, entry_nbytes
 from .planner import PLACED, STRATEGIES, Assignment
+from .plan_options import DEFAULT_MATCH_RANGE, PlanOptions
 from .verify import StaticCheck, check_arena
-
-DEFAULT_MATCH_RANGE = 16
 
 
 def as_graph(net) -> Graph:
@@ -166,14 +166,24 @@ class Plan:
         return rows
 
     # -- checks ------------------------------------------------------------------
-    def check_arena(self, strategy: str | None = None, feeds=None, key=None) -> None:
+    def check_arena(self, strategy: str | None = None, feeds=None, key=None):
         """Runs the arena interpreter for a strategy against the plain
-        lowering; PlanError if any output differs."""
+        lowering (two random input seeds, or ``feeds``); PlanError if any
+        output differs, else an ``arena.ArenaCheck`` saying what was run
+        and compared (its repr is that sentence)."""
         name = strategy or self.strategy
         a = self.assignment(name)
-        check_arena(self.live, a.offset, a.total, self.train, feeds=feeds, key=key, name=name)
+        t = time.perf_counter()
+        seeds = (0, 1)
+        check_arena(self.live, a.offset, a.total, self.train, feeds=feeds, key=key, name=name,
+                    seeds=seeds)
         if name not in self.arena_checked:
             self.arena_checked.append(name)
+        return arena_mod.ArenaCheck(name, self.train, self.live.num_steps,
+                                    self.live.num_tensors, a.total,
+                                    self.live.graph.list_outputs(),
+                                    None if feeds is not None else seeds,
+                                    time.perf_counter() - t)
 
     # -- output --------------------------------------------------------------------
     def report(self) -> str:
@@ -279,90 +289,125 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
         channels-last between the convolutions, the transposes XLA runs
         for the ``channels_last`` memory measure planned as tensors.
     """
-    if layout not in LAYOUTS:
-        raise PlanError(f"layout={layout!r}; use one of {', '.join(map(str, LAYOUTS))}")
-    if strategy not in PLACED:
-        if strategy == "lower_bound":
-            raise PlanError("lower_bound is a bound, not a plan; choose one of "
-                            + ", ".join(PLACED))
-        raise PlanError(f"unknown strategy {strategy!r}; choose one of {', '.join(PLACED)}")
+    _check_arguments(outputs, dtypes)
+    options = PlanOptions.of(train, strategy, outputs=outputs, wrt=wrt,
+                             data_names=data_names, label_names=label_names, fuse=fuse,
+                             schedule=schedule, match_range=match_range,
+                             parallel_safe=parallel_safe, verify=verify, execute=execute,
+                             name=name, group2ctx=group2ctx, budget=budget,
+                             optimizer=optimizer, recompute=recompute, mirror=mirror,
+                             layout=layout)
+    return plan_with_options(net, shapes, options, dtypes)
+
+
+def _check_arguments(outputs, dtypes) -> None:
+    """PlanError for ``outputs`` or ``dtypes`` of the wrong kind, before any
+    work: one name as ``outputs`` would be read letter by letter, and a
+    dtype no array has would fail deep in inference."""
+    if outputs is not None and not isinstance(outputs, (list, tuple)):
+        raise PlanError(f"outputs must be a list of output indices or names (such as "
+                        f"['fc1_output']), got {type(outputs).__name__} {short_repr(outputs)}")
+    if dtypes is None:
+        return
+    if not isinstance(dtypes, dict):
+        raise PlanError(f"dtypes must be a dict of input name -> dtype (such as "
+                        f"{{'data': 'float16'}}), got {type(dtypes).__name__} "
+                        f"{short_repr(dtypes)}")
+    from ..dtypes import to_dtype
+    for name, v in dtypes.items():
+        if v is None:
+            continue  # unknown, as a None shape
+        try:
+            dt = to_dtype(v, error=PlanError)
+        except PlanError as err:
+            raise PlanError(f"dtypes[{short_repr(name)}]: {err}") from None
+        # numbers and bool, and ml_dtypes' (bfloat16, float8): what arrays hold
+        if dt.kind not in "biufc" and not dt.type.__module__.startswith("ml_dtypes"):
+            raise PlanError(f"dtypes[{short_repr(name)}]: {dt.name} is no array dtype; use "
+                            f"e.g. float32, float16, int32")
+
+
+def plan_with_options(net, shapes: dict | None, options: PlanOptions,
+                      dtypes: dict | None = None) -> Plan:
+    """``plan()`` with its options as one value (``PlanOptions.of``)."""
     from . import budget as budget_mod
-    algorithm, explicit = _recompute_choice(recompute, mirror, budget)
-    budget_bytes = None if budget is None else budget_mod.parse_budget(budget)
-    if not train and (budget is not None or algorithm is not None or explicit is not None
-                      or optimizer is not None):
-        what = ("a budget" if budget is not None else
-                "optimizer state" if optimizer is not None else "recompute")
-        raise PlanError(f"{what} needs a training plan (train=True): an inference plan "
-                        f"has no backward to recompute in")
     shapes = check_shapes(shapes)  # checked once, here: the report shows them
-    timings = {}
     t0 = time.perf_counter()
     origin: dict = {}  # backward node -> forward node: where group2ctx places it
-    if layout == "NHWC":
+    outputs = options.outputs
+    if options.layout == "NHWC":
         net, outputs = channels_last(net, shapes, dtypes, outputs), None
-    g, inf, n_fwd, grads = build_graph(net, shapes, train, dtypes, outputs, wrt,
-                                       data_names, label_names, origin)
-    t1 = time.perf_counter()
-    timings["graph"] = t1 - t0
-    opt_bytes = budget_mod.optimizer_bytes(sum(entry_nbytes(inf, e) for e in grads), optimizer)
-    kw = dict(train=train, strategy=strategy, num_forward_outputs=n_fwd, fuse=fuse,
-              schedule=schedule, match_range=match_range, parallel_safe=parallel_safe,
-              verify=verify, name=name or _net_name(g), shapes=shapes or {})
-    if budget_bytes is None and algorithm is None and explicit is None:
-        result = plan_graph(g, inf, external=grads, **kw)
-        rows, extra = [], 0
+    g, inf, n_fwd, grads = build_graph(net, shapes, options.train, dtypes, outputs,
+                                       options.wrt, options.data_names, options.label_names,
+                                       origin)
+    timings = {"graph": time.perf_counter() - t0}
+    opt_bytes = budget_mod.optimizer_bytes(sum(entry_nbytes(inf, e) for e in grads),
+                                           options.optimizer)
+    if options.recomputes:
+        stages, rows, extra = _recompute_stages(g, inf, n_fwd, grads, opt_bytes,
+                                                options)
     else:
-        problem = budget_mod.Problem(g, inf, n_fwd, strategy=strategy, fuse=fuse,
-                                     schedule=schedule, match_range=match_range,
-                                     parallel_safe=parallel_safe)
-        fixed = (_var_bytes(g, inf, g.arguments) + sum(entry_nbytes(inf, e) for e in grads)
-                 + _var_bytes(g, inf, g.aux_states) + opt_bytes)
-        point = None
-        if explicit is not None:
-            names = explicit
-        elif algorithm is not None:
-            point = budget_mod.choose(problem, algorithm, budget_bytes, fixed)
-            names = point.names
-        else:
-            names = ()  # recompute='none' under a budget
-        r, rinf = problem.rewritten(names)
-        result = plan_graph(r, rinf, external=[r.entry_id(e) for e in r.outputs[n_fwd:]], **kw)
-        if point is not None and result.internal[strategy] != point.internal:
-            raise PlanError(f"planner bug: the frontier's {strategy} figure "
-                            f"{point.internal} is not the plan's {result.internal[strategy]}")
-        cloned = {n.attrs[RECOMPUTE_ATTR] for n in r.nodes if is_recompute(n)}
-        kept = [n.name for n in problem.fwd if n.name in cloned]
-        rows = budget_mod.recompute_rows(problem, kept)
-        extra = sum(problem.flops[x] for x in kept)
-        total = fixed + result.internal[strategy]
-        if budget_bytes is not None and total > budget_bytes:
-            how = "with the recompute set given" if explicit is not None else "without recompute"
-            raise budget_mod.BudgetError(
-                f"budget {budget_mod.fmt_bytes(budget_bytes)} is below the total "
-                f"{how}, {budget_mod.fmt_bytes(total)}", budget=budget_bytes, smallest=total)
-    result.options["layout"] = layout or "NCHW"
-    result.buckets["optimizer"] = opt_bytes
-    result.budget = budget_bytes
-    result.recompute = rows
-    result.extra_flops = extra
-    result.flops_of = (g, inf)
-    result.algorithm = algorithm if explicit is None else "explicit"
-    if algorithm is None and explicit is None and budget_bytes is not None:
-        result.algorithm = "none"
-    t2 = time.perf_counter()
-    result.timings = {**timings, **result.timings, "total": t2 - t0}
-    if group2ctx is not None:
+        stages = _stages(g, inf, num_forward_outputs=n_fwd, external=grads,
+                         **options.stage_options)
+        rows, extra = [], 0
+    stage_options, buckets, stage_timings = (stages.pop("options"), stages.pop("buckets"),
+                                             stages.pop("timings"))
+    result = Plan(net=options.name or _net_name(g), train=options.train,
+                  shapes=dict(shapes or {}),
+                  **stages, options={**stage_options, "layout": options.layout},
+                  buckets={**buckets, "optimizer": opt_bytes}, budget=options.budget,
+                  recompute=rows, extra_flops=extra, flops_of=(g, inf),
+                  algorithm=options.plan_algorithm,
+                  timings={**timings, **stage_timings, "total": time.perf_counter() - t0})
+    if options.group2ctx is not None:
         from .devices import plan_devices
-        result.devices = plan_devices(result, group2ctx, origin, verify=verify,
-                                      execute=execute)
-    if execute:
+        result = replace(result, devices=plan_devices(result, options.group2ctx, origin,
+                                                       verify=options.verify,
+                                                       execute=options.execute))
+    if options.execute:
         for s in PLACED:
             result.check_arena(s)
     return result
 
 
-LAYOUTS = (None, "NCHW", "NHWC")
+def _recompute_stages(g: Graph, inf: Inferred, n_fwd: int, grads: list, opt_bytes: int,
+                      opts: PlanOptions) -> tuple:
+    """(``_stages`` of the graph that recomputes, the recompute rows, the
+    FLOPs they add) for a budget or recompute set; BudgetError where the
+    total is over the budget."""
+    from . import budget as budget_mod
+    strategy = opts.strategy
+    problem = budget_mod.Problem(g, inf, n_fwd, strategy=strategy, fuse=opts.fuse,
+                                 schedule=opts.schedule, match_range=opts.match_range,
+                                 parallel_safe=opts.parallel_safe)
+    fixed = (_var_bytes(g, inf, g.arguments) + sum(entry_nbytes(inf, e) for e in grads)
+             + _var_bytes(g, inf, g.aux_states) + opt_bytes)
+    point = None
+    if opts.explicit is not None:
+        names = list(opts.explicit)
+    elif opts.algorithm is not None:
+        point = budget_mod.choose(problem, opts.algorithm, opts.budget, fixed)
+        names = point.names
+    else:
+        names = ()  # recompute='none' under a budget
+    r, rinf = problem.rewritten(names)
+    stages = _stages(r, rinf, num_forward_outputs=n_fwd,
+                     external=[r.entry_id(e) for e in r.outputs[n_fwd:]], **opts.stage_options)
+    internal = stages["assignments"][strategy].total
+    if point is not None and internal != point.internal:
+        raise PlanError(f"planner bug: the frontier's {strategy} figure "
+                        f"{point.internal} is not the plan's {internal}")
+    cloned = {n.attrs[RECOMPUTE_ATTR] for n in r.nodes if is_recompute(n)}
+    kept = [n.name for n in problem.fwd if n.name in cloned]
+    total = fixed + internal
+    if opts.budget is not None and total > opts.budget:
+        how = "with the recompute set given" if opts.explicit is not None else \
+            "without recompute"
+        raise budget_mod.BudgetError(
+            f"budget {budget_mod.fmt_bytes(opts.budget)} is below the total "
+            f"{how}, {budget_mod.fmt_bytes(total)}", budget=opts.budget, smallest=total)
+    return stages, budget_mod.recompute_rows(problem, kept), sum(problem.flops[x] for x in kept)
+
 
 
 def channels_last(net, shapes: dict, dtypes=None, outputs=None) -> Graph:
@@ -377,31 +422,6 @@ def channels_last(net, shapes: dict, dtypes=None, outputs=None) -> Graph:
     return to_channels_last(g, inferred=infer_shapes(g, dict(shapes or {}), dtypes))
 
 
-def _recompute_choice(recompute, mirror: bool, budget):
-    """(algorithm or None, explicit node names or None) from plan()'s
-    ``recompute`` and ``mirror``."""
-    from .budget import ALGORITHMS
-    if mirror:
-        if recompute not in (None, "auto", "mirror"):
-            raise PlanError(f"mirror=True is recompute='mirror'; it cannot go with "
-                            f"recompute={recompute!r}")
-        return "mirror", None
-    if recompute is None or recompute == "auto":
-        return ("solver" if budget is not None else None), None
-    if recompute == "none":
-        return None, None
-    if isinstance(recompute, str):
-        if recompute in ALGORITHMS:
-            return recompute, None
-        raise PlanError(f"recompute={recompute!r}: choose auto, none, "
-                        f"{', '.join(ALGORITHMS)} or a list of forward node names")
-    if isinstance(recompute, (list, tuple, set, frozenset)) and all(
-            isinstance(x, str) for x in recompute):
-        return None, list(recompute)
-    raise PlanError(f"recompute={recompute!r}: choose auto, none, {', '.join(ALGORITHMS)} "
-                    f"or a list of forward node names")
-
-
 def _net_name(g: Graph) -> str:
     return g.outputs[0].node.name
 
@@ -413,6 +433,18 @@ def plan_graph(g: Graph, inf: Inferred, *, train: bool, strategy: str = "arena",
                shapes: dict | None = None) -> Plan:
     """The planning stages proper, for a graph whose shapes are inferred:
     fuse, schedule, liveness, every strategy, verification."""
+    return Plan(net=name, train=train, shapes=dict(shapes or {}),
+                **_stages(g, inf, num_forward_outputs=num_forward_outputs, external=external,
+                          strategy=strategy, fuse=fuse, schedule=schedule,
+                          match_range=match_range, parallel_safe=parallel_safe,
+                          verify=verify))
+
+
+def _stages(g: Graph, inf: Inferred, *, num_forward_outputs: int | None, external,
+            strategy: str, fuse: bool, schedule, match_range: int, parallel_safe: bool,
+            verify: bool) -> dict:
+    """``Plan``'s fields from the planning stages (all but ``net``,
+    ``train``, ``shapes`` and what ``plan()`` adds)."""
     timings = {}
     t = time.perf_counter()
     fusion = fuse_pass(g) if fuse else no_fusion(g)
@@ -433,13 +465,12 @@ def plan_graph(g: Graph, inf: Inferred, *, train: bool, strategy: str = "arena",
         "arguments": _var_bytes(g, inf, g.arguments),
         "gradients": sum(entry_nbytes(inf, eid) for eid in external),
         "aux": _var_bytes(g, inf, g.aux_states),
-        "optimizer": 0,  # plan() sets it when an optimizer is named
+        "optimizer": 0,  # plan() counts it when an optimizer is named
     }
     n_fwd = len(g.outputs) if num_forward_outputs is None else num_forward_outputs
-    return Plan(net=name, graph=g, inferred=inf, train=train, shapes=dict(shapes or {}),
-                strategy=strategy, fusion=fusion, steps=steps, live=live, assignments=a,
-                lower_bound=lb, peak_step=peak, profile=profile, buckets=var_bytes,
-                num_forward_outputs=n_fwd,
+    return dict(graph=g, inferred=inf, strategy=strategy, fusion=fusion, steps=steps,
+                live=live, assignments=a, lower_bound=lb, peak_step=peak, profile=profile,
+                buckets=var_bytes, num_forward_outputs=n_fwd,
                 options={"fuse": fuse, "schedule": schedule if isinstance(schedule, str)
                          else getattr(schedule, "__name__", "custom"),
                          "match_range": match_range, "parallel_safe": parallel_safe},

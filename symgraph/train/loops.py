@@ -2,8 +2,8 @@
 ``iter_predict``, ``predict`` -- written against the Module's state and
 step methods (``bind``, ``init_params``, ``init_optimizer``,
 ``train_step``, ``forward``, ``update_metric``, ``get_params``, ...).
-``Module`` inherits them; ``train/module.py`` keeps the state: binding,
-placement, parameters, optimizer state, checkpoints, memory figures.
+``Module`` inherits them, beside the parts that keep and change its state
+(``train/module.py`` and the ``train/module_*.py`` it is made of).
 """
 from __future__ import annotations
 
@@ -78,9 +78,13 @@ class Loops:
             initializer = init_mod.Uniform(0.01)
         self.bind(data_shapes=train_data.provide_data, label_shapes=train_data.provide_label,
                   for_training=True, force_rebind=force_rebind)
-        self.init_params(initializer=initializer, arg_params=arg_params,
-                         aux_params=aux_params, allow_missing=allow_missing,
-                         force_init=force_init, seed=seed)
+        if not self.params_initialized or force_init or arg_params is not None or \
+                aux_params is not None:
+            # a loaded module (Module.load, set_params) trains on from its own
+            # parameters; init_params would only log that it ignored the call
+            self.init_params(initializer=initializer, arg_params=arg_params,
+                             aux_params=aux_params, allow_missing=allow_missing,
+                             force_init=force_init, seed=seed)
         self.init_optimizer(kvstore=kvstore, optimizer=optimizer,
                             optimizer_params=optimizer_params)
         if self._devices.processes > 1:  # fewer steps in one would hang the others

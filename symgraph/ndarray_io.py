@@ -19,8 +19,8 @@ from .context import Context
 from .errors import SerializationError
 from .util import short_repr
 
-if TYPE_CHECKING:  # ndarray.py imports this module
-    from .ndarray import NDArray
+if TYPE_CHECKING:
+    from .ndarray_core import NDArray
 
 _FORMAT = "symgraph-ndarray"
 SAVE_FORMATS = ("mxnet", "npz")
@@ -32,7 +32,7 @@ def save(fname, data, format: str = "mxnet") -> None:
     the file ``mx.nd.save`` writes and ``mx.nd.load`` reads; with
     ``format='npz'`` as NumPy ``.npz`` (for dtypes MXNet has no flag for,
     and 0-dimensional arrays)."""
-    from .ndarray import _ARRAY_TYPES, NDArray
+    from .ndarray_core import _ARRAY_TYPES, NDArray
     if format not in SAVE_FORMATS:
         raise SerializationError(f"nd.save: format is 'mxnet' or 'npz', got "
                                  f"{short_repr(format)}")
@@ -75,7 +75,7 @@ def from_files(hosts, names, dev, where: str) -> list:
     32 bits where that keeps them (integers: every value fits; floats:
     rounded to float32, none overflowing) and one warning names them; an
     array narrowing would change raises SerializationError naming it."""
-    from .ndarray import NDArray
+    from .ndarray_core import NDArray
     out, narrowed = [], []
     for host, name in zip(hosts, names):
         value, changed = narrow_for_jax(host, f"{where}: array {short_repr(name)}",
@@ -97,7 +97,7 @@ def load(fname, ctx: Context | None = None):
     """The dict or list ``nd.save`` stored, in either format; reads MXNet's
     binary ``.params`` files (a dict, or a list when the file has no
     names)."""
-    from .ndarray import _device
+    from .ndarray_core import _device
     where = os.fspath(fname)
     dev = _device(ctx)
     try:

@@ -16,7 +16,8 @@ _FAMILIES = ("elementwise", "tensor", "reduce", "nn", "loss")
 # the layer families ops/nn.py gathers, listed together under nn
 _NN_PARTS = {"dense": "nn", "conv": "nn", "pool": "nn", "norm": "nn", "activation": "nn"}
 # other modules listed under a family (MXNet files dot under its tensor ops)
-_PARTS = {**_NN_PARTS, "dot": "tensor", "glue": "tensor", "normalize": "nn",
+_PARTS = {**_NN_PARTS, "dot": "tensor", "glue": "tensor", "arrange": "tensor",
+          "constants": "tensor", "normalize": "nn", "resample": "nn", "spatial": "nn",
           "losses": "loss", "mathops": "elementwise", "indexing": "tensor",
           "ordering": "reduce", "sequence": "nn"}
 

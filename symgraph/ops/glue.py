@@ -1,11 +1,12 @@
 """The glue ops of hybridized Gluon exports (MXNet 1.9.1): slicing and
-squeezing, broadcasting to a shape, selection (``where``, ``take``),
-joining and repeating (``stack``, ``tile``, ``repeat``), axis moves
-(``reverse``, ``SwapAxis``), shapes as tensors (``shape_array``,
+squeezing, broadcasting to a shape and selection (``where``, ``take``),
+plus the attribute helpers of the ops that make tensors. Joining,
+repeating and axis moves (``stack``, ``tile``, ``repeat``, ``reverse``,
+``SwapAxis``) are in arrange.py; shapes as tensors (``shape_array``,
 ``size_array``) and constants (``ones_like``, ``_zeros``, ``_ones``,
-``_full``, ``_arange``). The equal-shape binary ``_maximum``, ``_minimum``,
-``_power`` and ``_rpower_scalar`` live beside their siblings in
-``elementwise.py``.
+``_full``, ``_arange``) in constants.py. The equal-shape binary
+``_maximum``, ``_minimum``, ``_power`` and ``_rpower_scalar`` live beside
+their siblings in ``elementwise.py``.
 
 Semantics, defaults and refusals follow MXNet's operator source
 (src/operator/tensor/matrix_op-inl.h, broadcast_reduce_op.h, init_op.h,
@@ -17,8 +18,6 @@ reads the output gradient and at most its input's *shape*.
 """
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,12 +25,10 @@ import numpy as np
 from ..errors import ShapeError
 from ..util import short_repr
 from .backward import register_backward
-from .elementwise import X, elementwise_flops
-from .reduce import optional_float_attr
-from .registry import (Attr, OpDef, Sample, _literal, bool_attr, choice_attr, count_attr,
-                       dtype_attr, float_attr, int_attr, numel, optional_int_attr,
-                       optional_shape_attr, positive_int_attr, register, shape_attr, unify)
-from .tensor import CAST_DTYPES, _attrs_of, _axis, _reshape_like_gradient, _zero_flops
+from .elementwise import elementwise_flops
+from .registry import (Attr, OpDef, Sample, _literal, choice_attr, dtype_attr, int_attr,
+                       optional_shape_attr, register, shape_attr, unify)
+from .tensor import CAST_DTYPES, _axis, _reshape_like_gradient, _zero_flops
 
 
 def _sum_to_like(g, dy, like, side="backward"):
@@ -460,217 +457,8 @@ register_backward(_take_op, reads_inputs=(0, 1), inputs_for_shape_only=(0,), no_
 
 
 # --------------------------------------------------------------------------
-# stack: join along a new axis
-# --------------------------------------------------------------------------
-def _stack_infer(p, s):
-    if len(s) != p.num_args:
-        raise ShapeError(f"expected {p.num_args} inputs (num_args), got {len(s)}")
-    d = unify(s, "the inputs of stack")
-    if d is None:
-        return s, [None]
-    k = _axis(p.axis, len(d) + 1, "axis")
-    return [d] * len(s), [tuple(d[:k]) + (p.num_args,) + tuple(d[k:])]
-
-
-# y = stack(x_i); dx_i = the i-th slice of dy along axis, the axis dropped
-def _stack_gradient(g, node, og):
-    p = node.params
-    return g.op("SliceChannel", [og[0]], {"num_outputs": p.num_args, "axis": p.axis,
-                                          "squeeze_axis": True})
-
-
-register(OpDef(
-    name="stack",
-    attrs={"axis": Attr(int_attr, 0, "where the new axis goes in the output"),
-           "num_args": Attr(count_attr, doc="number of inputs")},
-    arguments=lambda p: [f"arg{i}" for i in range(p.num_args)],
-    lower=lambda p, ctx, *xs: jnp.stack(xs, axis=p.axis % (xs[0].ndim + 1)),
-    infer_shape=_stack_infer, category="injective", flops=_zero_flops,
-    gradient=_stack_gradient, per_sample=lambda p: p.axis > 0,
-    samples=[Sample({"num_args": 2}, [(2, 3), (2, 3)]),
-             Sample({"num_args": 3, "axis": 1}, [(2, 3)] * 3),
-             Sample({"num_args": 2, "axis": -1}, [(2, 3), (2, 3)]),
-             Sample({"num_args": 1}, [(4,)])],
-    doc="Joins num_args inputs of one shape along a new axis (an axis of the output; "
-        "negative counts from its end)."))
-
-
-# --------------------------------------------------------------------------
-# tile and repeat
-# --------------------------------------------------------------------------
-def _tile_geometry(p, shape):
-    """(input shape, reps), both promoted to one rank by leading 1s."""
-    reps = tuple(p.reps)
-    for r in reps:
-        if r < 1:
-            raise ShapeError(f"reps={reps}: every repetition count must be positive (0 "
-                             f"would make an empty tensor)")
-    n = max(len(shape), len(reps))
-    return (1,) * (n - len(shape)) + tuple(shape), (1,) * (n - len(reps)) + reps
-
-
-def tile_shape(p, shape) -> tuple:
-    if not p.reps:
-        return tuple(shape)
-    xs, rs = _tile_geometry(p, shape)
-    return tuple(d * r for d, r in zip(xs, rs))
-
-
-_tile = register(OpDef(
-    name="tile", attrs={"reps": Attr(shape_attr, doc="repetitions per axis, from the right")},
-    lower=lambda p, ctx, x: jnp.tile(x, tuple(p.reps)) if p.reps else x,
-    infer_shape=lambda p, s: (s, [None if s[0] is None else tile_shape(p, s[0])]),
-    category="injective", flops=_zero_flops, per_sample=False,
-    samples=[Sample({"reps": (2, 3)}, [(2, 2)]), Sample({"reps": (2,)}, [(2, 3)]),
-             Sample({"reps": (2, 1, 3)}, [(2, 2)]), Sample({"reps": ()}, [(2, 3)])],
-    doc="Repeats the whole array reps[i] times along each axis; reps shorter than the "
-        "rank repeats the last axes, longer adds leading axes (numpy.tile)."))
-
-
-# y = tile(x, reps); dx = dy summed over its tiles  (reads x's shape only)
-def _tile_backward(p, ctx, og, ins, outs):
-    shape = ins[0].shape
-    if not p.reps:
-        return [og[0]]
-    xs, rs = _tile_geometry(p, shape)
-    split = tuple(v for r, d in zip(rs, xs) for v in (r, d))
-    summed = jnp.sum(og[0].reshape(split), axis=tuple(range(0, 2 * len(xs), 2)))
-    return [summed.reshape(shape)]
-
-
-register_backward(_tile, reads_inputs=(0,), inputs_for_shape_only=True, lower=_tile_backward,
-                  category="reduction")
-
-
-def repeat_shape(p, shape) -> tuple:
-    shape = tuple(shape)
-    if p.axis is None:
-        return (numel(shape) * p.repeats,)
-    k = _axis(p.axis, len(shape), "axis")
-    return shape[:k] + (shape[k] * p.repeats,) + shape[k + 1:]
-
-
-def _repeat_lower(p, ctx, x):
-    if p.axis is None:
-        return jnp.repeat(x.reshape(-1), p.repeats)
-    return jnp.repeat(x, p.repeats, axis=p.axis % x.ndim)
-
-
-_repeat = register(OpDef(
-    name="repeat",
-    attrs={"repeats": Attr(positive_int_attr, doc="how many times each element repeats (0, "
-                                                  "an empty tensor, is refused)"),
-           "axis": Attr(optional_int_attr, None, "the axis to repeat along; None: the "
-                                                 "flattened input, giving a 1-D output")},
-    lower=_repeat_lower,
-    infer_shape=lambda p, s: (s, [None if s[0] is None else repeat_shape(p, s[0])]),
-    category="injective", flops=_zero_flops,
-    per_sample=lambda p: p.axis is not None and p.axis > 0,
-    samples=[Sample({"repeats": 2}, [(2, 3)]), Sample({"repeats": 3, "axis": 1}, [(2, 2)]),
-             Sample({"repeats": 2, "axis": -3}, [(2, 3, 2)])],
-    doc="Repeats each element repeats times along axis (of the flattened input when "
-        "axis is None, giving a 1-D output)."))
-
-
-# y = repeat(x); dx = dy summed over each element's copies  (reads x's shape only)
-def _repeat_backward(p, ctx, og, ins, outs):
-    shape, dy = ins[0].shape, og[0]
-    if p.axis is None:
-        return [jnp.sum(dy.reshape(-1, p.repeats), axis=1).reshape(shape)]
-    k = p.axis % len(shape)
-    split = shape[:k] + (shape[k], p.repeats) + shape[k + 1:]
-    return [jnp.sum(dy.reshape(split), axis=k + 1)]
-
-
-register_backward(_repeat, reads_inputs=(0,), inputs_for_shape_only=True,
-                  lower=_repeat_backward, category="reduction")
-
-
-# --------------------------------------------------------------------------
-# reverse (flip) and SwapAxis (swapaxes)
-# --------------------------------------------------------------------------
-def _reverse_infer(p, s):
-    if s[0] is not None:
-        _axes(p.axis, len(s[0]), "axis")
-    return s, [s[0]]
-
-
-# y = reverse(x, axes); dx = reverse(dy, axes)
-register(OpDef(
-    name="reverse", attrs={"axis": Attr(shape_attr, doc="the axes to reverse")},
-    lower=lambda p, ctx, x: jnp.flip(x, _axes(p.axis, x.ndim, "axis")) if p.axis else x,
-    infer_shape=_reverse_infer, category="injective", flops=_zero_flops,
-    per_sample=lambda p: all(a > 0 for a in p.axis), aliases=("flip",),
-    gradient=lambda g, node, og: [g.op("reverse", [og[0]], _attrs_of(node))[0]],
-    samples=[Sample({"axis": 0}, [(3, 4)]), Sample({"axis": (0, 2)}, [(2, 3, 4)]),
-             Sample({"axis": -1}, [(2, 5)])],
-    doc="Reverses the order of the elements along each axis in axis (negative axes "
-        "count from the end, which MXNet's kernel refuses)."))
-
-
-def _swap(p, ndim) -> tuple:
-    a = _axis(p.dim1, ndim, "dim1")
-    b = _axis(p.dim2, ndim, "dim2")
-    perm = list(range(ndim))
-    perm[a], perm[b] = b, a
-    return tuple(perm)
-
-
-# y = swapaxes(x, d1, d2); dx = swapaxes(dy, d1, d2)
-register(OpDef(
-    name="SwapAxis",
-    attrs={"dim1": Attr(int_attr, 0, "the first axis"),
-           "dim2": Attr(int_attr, 0, "the second axis")},
-    lower=lambda p, ctx, x: jnp.transpose(x, _swap(p, x.ndim)),
-    infer_shape=lambda p, s: (s, [None if s[0] is None else
-                                  tuple(s[0][i] for i in _swap(p, len(s[0])))]),
-    category="injective", flops=_zero_flops, aliases=("swapaxes",),
-    per_sample=lambda p: p.dim1 > 0 and p.dim2 > 0,
-    gradient=lambda g, node, og: [g.op("SwapAxis", [og[0]], _attrs_of(node))[0]],
-    samples=[Sample({"dim1": 0, "dim2": 1}, [(2, 3)]), Sample({"dim1": 1, "dim2": -1},
-                                                              [(2, 3, 4)]),
-             Sample({}, [(2, 3)])],
-    doc="Swaps axes dim1 and dim2."))
-
-
-# --------------------------------------------------------------------------
-# shape_array, size_array: a tensor's shape as an int64 tensor; ones_like
-# --------------------------------------------------------------------------
-_INT64 = "int64"
-
-
-def _int64_array(values):
-    # int64 as MXNet; with jax_enable_x64 off JAX stores int32 (as for Cast)
-    return jnp.asarray(values, jax.dtypes.canonicalize_dtype(np.int64))
-
-
-_SHAPE_OF = dict(shape_inputs=(0,), category="opaque", flops=_zero_flops, per_sample=False,
-                 infer_type=lambda p, t, n: (t, [_INT64]),
-                 gradient=lambda g, node, og: [None])
-
-register(OpDef(
-    name="shape_array", lower=lambda p, ctx, x: _int64_array(x.shape),
-    infer_shape=lambda p, s: (s, [None if s[0] is None else (len(s[0]),)]),
-    samples=[Sample({}, [(2, 3, 4)], grad=False), Sample({}, [(5,)], grad=False)],
-    doc="The input's shape as a 1-D int64 tensor; reads the shape only, no gradient.",
-    **_SHAPE_OF))
-
-register(OpDef(
-    name="size_array", lower=lambda p, ctx, x: _int64_array([x.size]),
-    infer_shape=lambda p, s: (s, [(1,)]),
-    samples=[Sample({}, [(2, 3, 4)], grad=False)],
-    doc="The input's number of elements as an int64 tensor of shape (1,); reads the shape "
-        "only, no gradient.", **_SHAPE_OF))
-
-# y = ones with x's shape; reads x's shape only; no gradient (MXNet's zero gradient)
-register(OpDef(name="ones_like", lower=lambda p, ctx, x: jnp.ones_like(x),
-               shape_inputs=(0,), infer_shape=lambda p, s: (s, [s[0]]),
-               category="elementwise", samples=X, gradient=lambda g, node, og: [None],
-               doc="Ones with the input's shape and dtype; reads the shape only."))
-
-
-# --------------------------------------------------------------------------
-# constants: _zeros, _ones, _full, _arange (ops without inputs)
+# attributes of the ops that make tensors (constants.py, sampling.py) and of
+# the index ops, kept here where those modules import them from
 # --------------------------------------------------------------------------
 def _dtype_of(choices):
     """A dtype attribute (MXNet's names and NumPy's) limited to ``choices``."""
@@ -702,98 +490,6 @@ def _const_shape(p, s):
     return s, [None if 0 in shape else shape]
 
 
-def _const_lower(value):
-    def lower(p, ctx):
-        shape = tuple(p.shape)
-        if 0 in shape:
-            shape = ctx.out_shape(0)
-            if shape is None or any(d != k for d, k in zip(shape, p.shape) if k):
-                raise ShapeError(f"shape={tuple(p.shape)}: no consumer gives the dimensions "
-                                 f"given as 0")
-        return jnp.full(shape, value(p), p.dtype)
-    return lower
-
-
 _CONST_ATTRS = {"shape": Attr(shape_attr, (), "the output shape"),
                 "ctx": Attr(string_attr, "", "MXNet's device of an imperative call; ignored"),
                 "dtype": Attr(_dtype_of(CAST_DTYPES), "float32", "the output dtype")}
-
-
-def _constant(name, value, doc, attrs=None, samples=None):
-    register(OpDef(
-        name=name, arguments=(), attrs={**_CONST_ATTRS, **(attrs or {})},
-        lower=_const_lower(value),
-        infer_shape=_const_shape, infer_type=lambda p, t, n: (t, [p.dtype]),
-        category="injective", flops=_zero_flops, family="other", per_sample=False,
-        gradient=lambda g, node, og: [],
-        samples=samples or [Sample({"shape": (2, 3)}, [], grad=False),
-                            Sample({"shape": (4,), "dtype": "int32"}, [], grad=False),
-                            Sample({"shape": (2, 1, 3), "dtype": "float64"}, [], grad=False)],
-        doc=doc))
-
-
-_constant("_zeros", lambda p: 0, "Zeros of shape and dtype (no inputs).")
-_constant("_ones", lambda p: 1, "Ones of shape and dtype (no inputs).")
-_constant("_full", lambda p: p.value, "shape and dtype filled with value (no inputs).",
-          attrs={"value": Attr(float_attr, doc="the fill value")},
-          samples=[Sample({"shape": (2, 3), "value": 2.5}, [], grad=False),
-                   Sample({"shape": (3,), "value": -1.5, "dtype": "int32"}, [], grad=False),
-                   Sample({"shape": (2, 2), "value": 0.25, "dtype": "float64"}, [],
-                          grad=False)])
-
-
-def _infer_range_attr(v) -> bool:
-    if bool_attr(v):
-        raise ValueError("infer_range=True (stop inferred from the output size its consumers "
-                         "give) is not supported; give stop")
-    return False
-
-
-_infer_range_attr.choices = ("False",)
-
-
-def arange_range(p) -> tuple:
-    """(start, step, length) by MXNet's RangeShape: stop None counts from 0
-    to start; the length is ceil((stop - start) / step) * repeat."""
-    start, stop = (0.0, p.start) if p.stop is None else (p.start, p.stop)
-    if p.step == 0:
-        raise ShapeError("step=0: arange needs a nonzero step")
-    if p.repeat < 1:
-        raise ShapeError(f"repeat={p.repeat}: arange repeats each value at least once")
-    if (p.step > 0 and not start < stop) or (p.step < 0 and not start > stop):
-        raise ShapeError(f"arange from {start} to {stop} by step {p.step} is empty")
-    return start, p.step, int(math.ceil((stop - start) / p.step)) * p.repeat
-
-
-def _arange_lower(p, ctx):
-    start, step, n = arange_range(p)
-    dt = jnp.dtype(p.dtype)
-    # MXNet: start + (i / repeat) * step, start and step cast to the dtype first
-    s0, s1 = (np.asarray(v).astype(dt) for v in (start, step))
-    i = (jnp.arange(n) // p.repeat).astype(dt)
-    return (s0 + i * s1).astype(dt)
-
-
-register(OpDef(
-    name="_arange", arguments=(),
-    attrs={"start": Attr(float_attr, doc="the first value (the end when stop is None)"),
-           "stop": Attr(optional_float_attr, None, "the end, excluded; None: start is the "
-                                                    "end and 0 the start"),
-           "step": Attr(float_attr, 1.0, "the spacing"),
-           "repeat": Attr(int_attr, 1, "how many times each value repeats"),
-           "infer_range": Attr(_infer_range_attr, False, "False only"),
-           "ctx": _CONST_ATTRS["ctx"],
-           "dtype": Attr(_dtype_of(tuple(t for t in CAST_DTYPES if t != "bool")), "float32",
-                         "the output dtype")},
-    lower=_arange_lower,
-    infer_shape=lambda p, s: (s, [(arange_range(p)[2],)]),
-    infer_type=lambda p, t, n: (t, [p.dtype]),
-    category="injective", flops=_zero_flops, family="other", per_sample=False,
-    gradient=lambda g, node, og: [],
-    samples=[Sample({"start": 5}, [], grad=False),
-             Sample({"start": 1, "stop": 3, "step": 0.5, "repeat": 2}, [], grad=False),
-             Sample({"start": 4, "stop": -2, "step": -1.5, "dtype": "float64"}, [],
-                    grad=False),
-             Sample({"start": 0, "stop": 7, "step": 2, "dtype": "int32"}, [], grad=False)],
-    doc="Evenly spaced values in [start, stop) by step, each repeated repeat times "
-        "(MXNet's arange; no inputs). infer_range=True is refused."))

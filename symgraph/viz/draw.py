@@ -1,146 +1,24 @@
-"""Graph drawing: op families and their colours, names escaped for
-Graphviz, the graph drawn (``plot``: shapes, the plan's colours, the
-backward, ranges and collapsed blocks), and pictures written (``render``).
+"""Graph drawing: the graph drawn (``plot``: shapes, the plan's colours,
+the backward, ranges and collapsed blocks) and the graphs it draws
+(training and placed graphs, node ranges, collapsed blocks). How nodes
+look and names escaped for Graphviz are in labels.py, pictures written
+(``render``) in picture.py; their public names are importable from here.
 """
 from __future__ import annotations
 
 import html
-import os
 import re
 from collections import Counter
 from collections.abc import Mapping
 
-from ..errors import ShapeError, SymgraphError
-from ..graph import Entry, Graph, Node
+from ..errors import ShapeError
+from ..graph import Entry, Graph
 from ..passes.infer import parameter_names
-from ..util import atomic_write_bytes, atomic_write_text, short_repr
+from ..util import short_repr
+from .labels import (FAMILY_COLORS, LEGEND_ID, TEXT_LIMIT, _clean, _html_text, _op_detail,
+                     _op_title, _plain_text, dot_id, op_family)
+from .picture import FORMATS, INSTALL_GRAPHVIZ, VizError, output_format, render
 from .planview import PlanView, _lighten, format_bytes, plan_view
-
-FORMATS = ("svg", "png", "pdf", "dot")
-
-INSTALL_GRAPHVIZ = (
-    "Graphviz's `dot` program is not on PATH; install Graphviz (Debian/Ubuntu: "
-    "apt-get install graphviz; macOS: brew install graphviz; conda: conda install "
-    "graphviz) or write DOT text with -o NET.dot")
-
-
-class VizError(SymgraphError):
-    """A picture that cannot be drawn or written."""
-
-
-# --------------------------------------------------------------------------
-# op families and their colours (mx.viz.plot_network's palette)
-# --------------------------------------------------------------------------
-FAMILY_COLORS = {
-    "input": "#8dd3c7",
-    "layer": "#fb8072",          # convolution, fully connected, embedding
-    "activation": "#ffffb3",
-    "normalization": "#bebada",
-    "pooling": "#80b1d3",
-    "shape": "#fdb462",          # concat, flatten, reshape, slicing ...
-    "loss": "#b3de69",
-    "elementwise": "#fccde5",
-    "other": "#d9d9d9",
-}
-# the OpDef families drawn alike: mx.viz.plot_network colours every layer
-# with weights the same
-_COLOR_GROUP = {"convolution": "layer", "matmul": "layer", "embedding": "layer"}
-_BACKWARD_PREFIX = "_backward_"
-
-
-def op_family(node: Node) -> str:
-    """The colour group of a node: 'input' for variables, else its OpDef's
-    family (a backward op has its forward op's), layers with weights as one."""
-    if node.op is None:
-        return "input"
-    return _COLOR_GROUP.get(node.op.family, node.op.family)
-
-
-def _dims(v) -> str:
-    return "x".join(str(d) for d in v) if v else "1"
-
-
-def _window(p) -> str:
-    """``kernel/stride`` (``3x3/1x1``); an unset stride is 1 along every axis."""
-    kernel = p.get("kernel") or ()
-    stride = p.get("stride") or (1,) * len(kernel)
-    return f"{_dims(kernel)}/{_dims(stride)}"
-
-
-def _op_detail(node: Node) -> str:
-    """The key attributes of a node, as mx.viz shows them (``3x3/2x2, 64``)."""
-    p = node.params or {}
-    name = node.op.name
-    if name.startswith(_BACKWARD_PREFIX):
-        name = name[len(_BACKWARD_PREFIX):]
-    if name in ("Convolution", "Deconvolution"):
-        s = f"{_window(p)}, {p.get('num_filter')}"
-        if (p.get("num_group") or 1) > 1:
-            s += f", {p['num_group']} groups"
-        return s
-    if name == "FullyConnected":
-        return str(p.get("num_hidden"))
-    if name in ("Activation", "LeakyReLU"):
-        return str(p.get("act_type", ""))
-    if name == "Pooling":
-        if p.get("global_pool"):
-            return f"{p.get('pool_type', 'max')}, global"
-        return f"{p.get('pool_type', 'max')}, {_window(p)}"
-    if name == "Dropout":
-        return f"p={p.get('p')}"
-    # otherwise the attributes the user set explicitly, briefly
-    shown = [f"{k}={v}" for k, v in node.attrs.items()
-             if not k.startswith("__") and k not in ("need", "num_args", "workspace",
-                                                    "cudnn_tune", "cudnn_off")]
-    text = ", ".join(shown[:3])
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _op_title(node: Node) -> str:
-    name = node.op.name
-    if name.startswith(_BACKWARD_PREFIX):
-        return name[len(_BACKWARD_PREFIX):] + " grad"
-    return name
-
-
-# --------------------------------------------------------------------------
-# names as Graphviz can hold them, whatever they hold
-# --------------------------------------------------------------------------
-TEXT_LIMIT = 120  # characters of a name shown; dot refuses strings over 16,384
-LEGEND_ID = "__legend__"  # the plan's legend; a node of that name gets another id
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
-# a name used as a node id as it is: none of the characters DOT, its HTML
-# strings or edge ports give a meaning (':' names a port, '<...>' is HTML),
-# nothing the scanner cannot hold, and short
-_PLAIN_ID = re.compile(r"[^\x00-\x1f\x7f\ud800-\udfff:#<>\\]{1,200}")
-
-
-def _clean(text, limit: int = TEXT_LIMIT) -> str:
-    """``text`` with line breaks and tabs as spaces, other control characters
-    and lone surrogates (JSON's ``\\ud800``) as U+FFFD, cut to ``limit``."""
-    text = _UNSAFE.sub(lambda m: " " if m.group() in "\t\n\r" else "\ufffd", str(text))
-    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
-
-
-def _html_text(text, limit: int = TEXT_LIMIT) -> str:
-    """``text`` inside an HTML-like label."""
-    return html.escape(_clean(text, limit))
-
-
-def _plain_text(text, limit: int = TEXT_LIMIT):
-    """``text`` as a quoted attribute value (tooltip, plain label): its
-    backslashes literal (not ``\\n`` or ``\\N``), never read as HTML."""
-    import graphviz
-    return graphviz.escape(_clean(text, limit))
-
-
-def dot_id(name: str, index: int) -> str:
-    """The DOT id of node ``index`` named ``name``: the name itself where
-    that is safe (SVG titles then name the node), else a cleaned prefix and
-    the index (unique: a plain name holds no '#')."""
-    if _PLAIN_ID.fullmatch(name) and name.strip() == name and name != LEGEND_ID:
-        return name
-    return re.sub(r"[^\w.-]", "_", name[:40]) + f"#{index}"
 
 
 # --------------------------------------------------------------------------
@@ -568,43 +446,8 @@ def _legend(pv: PlanView) -> str:
             'COLOR="#999999">' + "".join(rows) + "</TABLE>>")
 
 
-# --------------------------------------------------------------------------
-# writing files
-# --------------------------------------------------------------------------
-def output_format(path) -> str:
-    """The format named by a file's extension; VizError if not supported."""
-    ext = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
-    if ext == "gv":
-        ext = "dot"
-    if ext not in FORMATS:
-        raise VizError(f"cannot write {os.fspath(path)!r}: unknown format "
-                       f"'{ext or '(no extension)'}'; use one of "
-                       f"{', '.join('.' + f for f in FORMATS)}")
-    return ext
-
-
-def render(dot, path) -> str:
-    """Writes ``dot`` (a graphviz.Digraph) to ``path`` in the format its
-    extension names (.svg .png .pdf .dot), atomically; returns the path.
-    Every format but .dot runs Graphviz's ``dot`` program."""
-    import graphviz
-
-    fmt = output_format(path)
-    if fmt == "dot":
-        atomic_write_text(path, dot.source)
-        return os.fspath(path)
-    try:
-        data = dot.pipe(format=fmt, quiet=True)
-    except graphviz.ExecutableNotFound:
-        raise VizError(f"cannot write {os.fspath(path)!r}: {INSTALL_GRAPHVIZ}") from None
-    except graphviz.CalledProcessError as err:
-        detail = (err.stderr or b"").decode(errors="replace").strip().splitlines()
-        raise VizError(f"Graphviz's dot failed on {os.fspath(path)!r}: "
-                       f"{detail[-1] if detail else err}") from None
-    except OSError as err:
-        # dot quit before reading the whole graph (a broken pipe): not a
-        # closed stdout of ours, so it must not pass for one
-        raise VizError(f"Graphviz's dot failed on {os.fspath(path)!r}: it stopped reading "
-                       f"the graph ({err.strerror or err})") from None
-    atomic_write_bytes(path, data)
-    return os.fspath(path)
+# what viz/__init__, cli.py and summary.py import from here (labels.py's and
+# picture.py's names among them)
+__all__ = ["FAMILY_COLORS", "FORMATS", "INSTALL_GRAPHVIZ", "LEGEND_ID", "TEXT_LIMIT", "VizError",
+           "dot_id", "op_family", "output_format", "parameter_names", "placed_graph", "plot",
+           "render", "training_graph"]

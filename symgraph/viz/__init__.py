@@ -18,7 +18,8 @@ returns a ``graphviz.Digraph`` (shown inline in Jupyter) and
 shape=...)`` (its table of layers and parameter counts) are there too.
 """
 # The docstring is `symgraph viz --help`'s description. The package:
-# draw.py (graph drawing, names escaped for Graphviz, pictures written),
+# draw.py (graph drawing), labels.py (titles, colours, names escaped for
+# Graphviz), picture.py (formats, pictures written),
 # planview.py (plan colouring), timeline.py (the memory timeline of
 # `symgraph plan --plot`), cli.py (the command).
 from .cli import add_arguments, load_net, run

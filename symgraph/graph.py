@@ -4,8 +4,9 @@ A `Node` is an op applied to input entries, or a variable (op is None).
 An `Entry` is one output of a node. A `Graph` is a set of output entries
 plus everything they depend on, in topological order (MXNet's DFS order:
 inputs first, in input order). Nodes are never mutated once a graph is
-built from them; passes build new nodes and a new graph, and what they
-learn (shapes, storage) lives in side tables keyed by node or entry id.
+built from them; passes build new nodes and a new graph through
+``Graph.rewrite``, and what they learn (shapes, storage) lives in side
+tables keyed by node or entry id.
 """
 from __future__ import annotations
 
@@ -154,6 +155,7 @@ class Graph:
         self.row_ptr = [0]
         for n in self.nodes:
             self.row_ptr.append(self.row_ptr[-1] + n.num_outputs)
+        self._users: list | None = None  # entry id -> its readers, built when first asked
         self._validate()
 
     # -- indexing ---------------------------------------------------------
@@ -173,6 +175,83 @@ class Graph:
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    def users(self, e: Entry) -> tuple:
+        """The nodes that read entry ``e``, each once, in topological order
+        (a graph output is read by no node: see ``outputs``)."""
+        if self._users is None:
+            users: list = [[] for _ in range(self.num_entries)]
+            for n in self.nodes:
+                for eid in dict.fromkeys(self.entry_id(x) for x in n.inputs):
+                    users[eid].append(n)
+            self._users = [tuple(u) for u in users]
+        try:
+            return self._users[self.entry_id(e)]
+        except KeyError:
+            raise GraphError(f"{e!r} is not an entry of this graph") from None
+
+    # -- rewriting ----------------------------------------------------------
+    def rewrite(self, fn=None, outputs: Sequence[Entry] | None = None) -> "Graph":
+        """The graph ``fn`` makes of this one: how every pass builds one.
+
+        Each node the outputs need is visited once, inputs first, as
+        ``fn(node, inputs)``: ``inputs`` are the new values of
+        ``node.inputs`` (entries of the graph being built). It returns
+
+        - None: the node stays (``node.with_inputs(inputs)`` where an
+          input changed, the node itself otherwise);
+        - a Node: it takes the node's place, output k for output k;
+        - a sequence with an Entry per output of the node: their new values
+          (one of ``inputs`` bypasses the node; None marks an output that
+          nothing may read).
+
+        ``outputs``: entries of this graph that the new one returns (default:
+        its outputs). Nodes ``fn`` makes that nothing needed reads are not in
+        the result. This graph is not changed; it is returned itself when
+        nothing changed and ``outputs`` is None."""
+        outs = self.outputs if outputs is None else tuple(outputs)
+        order = self.nodes if outputs is None else topo_order(outs)
+        if any(id(n) not in self._nid for n in order):
+            raise GraphError("rewrite: an output asked for is not an entry of this graph")
+        new: dict[int, list] = {}  # node id here -> new values of its outputs
+
+        def value(e: Entry) -> Entry:
+            vals = new.get(self._nid[id(e.node)])
+            if vals is None:
+                return e
+            v = vals[e.index]
+            if v is None:
+                raise GraphError(f"rewrite: output {e.index} of node '{e.node.name}' is read "
+                                 f"but its rewrite removed it")
+            return v
+
+        for node in order:
+            ins = [value(e) for e in node.inputs]
+            r = None if fn is None else fn(node, ins)
+            if r is None:
+                if any(a != b for a, b in zip(ins, node.inputs)):
+                    r = node.with_inputs(ins)
+                else:
+                    continue
+            if isinstance(r, Node):
+                if r is node:
+                    continue
+                if r.num_outputs != node.num_outputs:
+                    raise GraphError(f"rewrite: node '{r.name}' has {r.num_outputs} outputs "
+                                     f"in place of '{node.name}', which has {node.num_outputs}")
+                r = [Entry(r, i) for i in range(node.num_outputs)]
+            else:
+                r = list(r)
+                if len(r) != node.num_outputs or \
+                        any(v is not None and not isinstance(v, Entry) for v in r):
+                    raise GraphError(f"rewrite: node '{node.name}' has {node.num_outputs} "
+                                     f"outputs; its rewrite gave {r!r}")
+                if all(v == Entry(node, i) for i, v in enumerate(r)):
+                    continue
+            new[self._nid[id(node)]] = r
+        if not new and outputs is None:
+            return self
+        return Graph([value(e) for e in outs])
 
     # -- variables --------------------------------------------------------
     def _variable_roles(self):

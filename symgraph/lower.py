@@ -70,9 +70,9 @@ class LowerCtx:
             _, vjp_x = jax.vjp(lambda x: f(x, w), x)
             return vjp_x(dy)[0], self._weight_grad(f, x, w, dy)
         dw = self._weight_grad(f, x, w, dy)
-        s = _anchor_scalar(dw)
+        s = _anchor_flag(dw)
         _, vjp_x = jax.vjp(lambda x: f(x, w), x)
-        return vjp_x(dy if s is None else _add_scalar(dy, s))[0], dw
+        return vjp_x(dy if s is None else _tie(dy, s))[0], dw
 
     def _weight_grad(self, f, x, w, dy):
         k, n = self.wgrad_chunks, x.shape[0]
@@ -228,10 +228,10 @@ class JaxInterpreter(Interpreter):
             _, sel = jax.lax.optimization_barrier((values[anchor], sel))
             it = iter(sel)
             return [x if k else next(it) for x, k in zip(inputs, keep)]
-        s = _anchor_scalar(values[anchor])
+        s = _anchor_flag(values[anchor])
         if s is None:
             return inputs
-        return [x if k else _add_scalar(x, s) for x, k in zip(inputs, keep)]
+        return [x if k else _tie(x, s) for x, k in zip(inputs, keep)]
 
     def run(self, feeds: dict) -> list:
         names = {n.name for n in self.graph.variables}
@@ -289,24 +289,21 @@ class JaxInterpreter(Interpreter):
 
 
 def tie_to_first(inputs: list) -> list:
-    """Ties tensors to the first one by adding a zero scalar read from it.
-    XLA cannot fold ``g[0] * 0`` (it is NaN for a NaN or infinite ``g[0]``),
-    so no work on the other tensors can start before the first exists.
+    """Ties tensors to the first one: each is selected by a predicate read
+    from it (``_anchor_flag``, ``_tie``) that XLA cannot fold, so
+    no work on the other tensors can start before the first exists, and
+    the values pass bit for bit, whatever the first holds (inf, NaN).
     The anchor measure ties a backward node's inputs to its incoming
     gradient: the layout copies XLA's CPU convolutions make of saved
     activations move from the forward pass, where they would be kept alive
-    until the backward, to where they are used."""
-    g = inputs[0]
-    if g.size == 0:
+    until the backward, to where they are used. (XLA's CPU pipeline drops
+    an ``optimization_barrier`` before scheduling, docs/memory.md: on the
+    CPU only a data dependence orders work.)"""
+    s = _anchor_flag(inputs[0])
+    if s is None:
         return inputs
-    s = jnp.ravel(g)[0] * 0
-    out = [g]
-    for x in inputs[1:]:
-        # tensors only: a bias or a scale costs nothing to keep
-        if jnp.issubdtype(x.dtype, jnp.floating) and x.ndim >= 2:
-            x = x + s.astype(x.dtype)
-        out.append(x)
-    return out
+    # tensors only: a bias or a scale costs nothing to keep
+    return [inputs[0]] + [_tie(x, s) for x in inputs[1:]]
 
 
 def barrier_to_first(inputs: list, variable: list) -> list:
@@ -314,7 +311,7 @@ def barrier_to_first(inputs: list, variable: list) -> list:
     the values pass through without a copy, and nothing that reads them can
     run before the first exists. Variables (weights, biases) stay untied:
     they are arguments, there is no early work on them to prevent. The GPU
-    form of the anchor: ``tie_to_first``'s ``x + g[0]*0`` materialises a
+    form of the anchor: ``tie_to_first``'s elementwise tie materialises a
     copy of each tensor a cuDNN, cuBLAS or Triton call reads (on VGG-16 a
     784 MiB activation and the 392 MiB fc6 weight, docs/memory.md "Which
     device")."""
@@ -330,23 +327,28 @@ def barrier_to_first(inputs: list, variable: list) -> list:
     return out
 
 
-def _anchor_scalar(g):
-    """``g[0] * 0`` of a float tensor; None if empty."""
+def _anchor_flag(g):
+    """A boolean scalar read from float tensor ``g``'s first element that
+    is always False (None if ``g`` is empty or not float): ``g[0] * 0 > 0``
+    (0, -0 or NaN, never above 0), which XLA cannot fold, since ``g[0] * 0``
+    is NaN for an infinite or NaN g[0]."""
     if g.size == 0 or not jnp.issubdtype(g.dtype, jnp.floating):
         return None
-    return jnp.ravel(g)[0] * 0
+    return jnp.ravel(g)[0] * 0 > 0
 
 
-def _add_scalar(x, s):
-    """``x + s`` for float tensors of two or more dimensions (what
-    ``tie_to_first`` ties), ``x`` otherwise."""
+def _tie(x, s):
+    """``x`` tied to anchor ``s`` (``_anchor_flag``), for float tensors
+    of two or more dimensions (what ``tie_to_first`` ties), ``x`` otherwise:
+    selected where ``s`` is False, so every value passes bit for bit (an
+    add would flush subnormals on XLA's CPU backend, and spread a NaN)."""
     if not (hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) and x.ndim >= 2):
         return x
-    return x + s.astype(x.dtype)
+    return jnp.where(s, jnp.zeros((), x.dtype), x)
 
 
-# How a recompute clone's inputs are tied to the backward: 'add' (``x +
-# g[0]*0``, as tie_to_first), 'barrier' (jax.lax.optimization_barrier over
+# How a recompute clone's inputs are tied to the backward: 'add' (``_tie``,
+# as tie_to_first; it was ``x + g[0]*0`` when measured), 'barrier' (jax.lax.optimization_barrier over
 # the gradient and the inputs) or None (not tied; XLA then merges the clone
 # with its original). Measured on XLA:CPU (benchmarks/recompute_program.py,
 # docs/memory.md): untied, the recompute is undone (temp as without it);
@@ -418,8 +420,9 @@ class _CloneAnchors:
 # lower(..., anchor=...): 'backward' ties every backward node to its incoming
 # gradient, 'weights' those of ops declaring ``anchor_weights``
 ANCHORS = ("backward", "weights")
-# how the anchor ties: 'add' (``tie_to_first``: XLA:CPU) or 'barrier'
-# (``barrier_to_first``: XLA:GPU, whose library calls cannot fuse the add)
+# how the anchor ties: 'add' (``tie_to_first``, an elementwise tie, once an
+# add: XLA:CPU) or 'barrier' (``barrier_to_first``: XLA:GPU, whose library
+# calls cannot fuse the elementwise tie)
 ANCHOR_TIES = ("add", "barrier")
 
 

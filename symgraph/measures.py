@@ -244,7 +244,9 @@ def label(measures) -> str:
 
 def lower_options(measures, backend: str | None = None) -> dict:
     """``lower()``'s keyword arguments for a measure set on ``backend``: the
-    anchor ties by an add on the CPU, by an optimization barrier elsewhere
+    anchor ties by a select on a flag read from the gradient on the CPU
+    (``lower.tie_to_first``; XLA:CPU drops optimization barriers before
+    scheduling), by an optimization barrier elsewhere
     (``lower.barrier_to_first``)."""
     ms = set(measures)
     return {"anchor": "backward" if "anchor" in ms else
@@ -291,14 +293,16 @@ def _lower_channels_last(graph: Graph, is_train: bool, options: dict):
     return fn
 
 
-class _Shapes:
-    """Every entry's shape, as ``passes.infer.Inferred.shapes`` holds them."""
+class _TracedShapes:
+    """Every entry's shape found by tracing the lowering (``_entry_shapes``),
+    held as ``passes.infer.Inferred.shapes`` holds them: what
+    ``passes.layout.to_channels_last`` reads of an ``Inferred``."""
 
     def __init__(self, shapes: list):
         self.shapes = shapes
 
 
-def _entry_shapes(graph: Graph, is_train: bool, feeds: dict, key) -> _Shapes:
+def _entry_shapes(graph: Graph, is_train: bool, feeds: dict, key) -> _TracedShapes:
     """The shape of every entry the feeds determine: the plain lowering,
     traced abstractly (nothing is computed), records them."""
     from .graph import Entry, entry_key
@@ -319,7 +323,7 @@ def _entry_shapes(graph: Graph, is_train: bool, feeds: dict, key) -> _Shapes:
             return outs
 
     jax.eval_shape(lambda f, k: Recorder(graph, is_train, k).run(f), feeds, key)
-    return _Shapes(shapes)
+    return _TracedShapes(shapes)
 
 
 def jit(fn, measures, backend: str | None = None, **kwargs):

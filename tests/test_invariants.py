@@ -2,7 +2,6 @@
 explicit exceptions (SymgraphErrors naming what broke), not by ``assert``,
 which ``python -O`` removes. (The allocator's double release and double free
 are tested in test_memory_planner.)"""
-import importlib
 import os
 import subprocess
 import sys
@@ -10,10 +9,9 @@ import sys
 import pytest
 
 from symgraph.errors import GraphError, OpError, PlanError, SymgraphError
-from symgraph.graph import Entry, Node
+from symgraph.graph import Entry, Graph, Node
 from symgraph.ops.registry import OpDef
 
-prune_mod = importlib.import_module("symgraph.passes.prune")  # the module, not the function
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -28,12 +26,16 @@ def test_an_op_with_an_unknown_category_is_refused_by_name():
         op("my_op", category="fused")
 
 
-def test_prune_reading_a_pruned_output_is_a_graph_error():
+def test_a_rewrite_reading_a_removed_output_is_a_graph_error():
+    # prune removes the outputs nothing reads through Graph.rewrite
     x = Node(None, "x")
     old = Node(op("two", outputs=("a", "b")), "split", {}, [Entry(x, 0)])
+    reader = Node(op("one"), "reader", {}, [Entry(old, 1)])
     new = Node(op("one"), "split", {}, [Entry(x, 0)])
-    with pytest.raises(GraphError, match="output 1 of node 'split' is read but was pruned"):
-        prune_mod._map(Entry(old, 1), {id(old): new}, {id(old): [0, None]})
+    with pytest.raises(GraphError, match="output 1 of node 'split' is read but its rewrite "
+                                         "removed it"):
+        Graph([Entry(reader, 0)]).rewrite(
+            lambda n, ins: [Entry(new, 0), None] if n is old else None)
 
 
 def test_the_checks_stay_under_python_O():

@@ -100,7 +100,7 @@ def test_stages_compute_every_node_once_and_the_whole_graph(rnd, n, frac, k):
     for node in split.full.nodes:
         for e in node.inputs:
             if e.node.op is not None:
-                assert stage[id(node)] >= stage[id(e.node)]
+                assert stage[split.full.node_id(node)] >= stage[split.full.node_id(e.node)]
 
 
 def test_the_backward_of_a_segment_runs_after_later_segments_backward():
@@ -116,7 +116,7 @@ def test_the_backward_of_a_segment_runs_after_later_segments_backward():
     split = TrainingSplit(g, wrt)
     stage, n = stage_of(split, lambda node: 1, 3)
     assert n == 6
-    by = {x.name: stage[id(x)] for x in split.full.nodes if x.op is not None}
+    by = {x.name: stage[i] for i, x in enumerate(split.full.nodes) if x.op is not None}
     assert by["fc0"] == 0 and by["t5"] == 2
     assert split.origin and all(by[b] == 5 - by[f] for b, f in split.origin.items()
                                 if b in by and f in by and by[f] < 2)

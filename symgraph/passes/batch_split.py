@@ -65,10 +65,6 @@ def _refusal(n: Node) -> str | None:
     return None
 
 
-def _carries(n: Node, batch: set) -> bool:
-    return any((id(e.node), e.index) in batch for e in n.inputs)
-
-
 def batch_prefix(graph: Graph, batch_inputs: Sequence[str], shapes: dict | None = None
                  ) -> tuple[int, str]:
     """(k, why): the first k op nodes of ``graph`` may run on slices of the
@@ -78,8 +74,8 @@ def batch_prefix(graph: Graph, batch_inputs: Sequence[str], shapes: dict | None 
     an op's batch inputs share one rank (broadcasting aligns dimensions
     from the right: a batch of lower rank would meet another axis)."""
     names = set(batch_inputs)
-    batch = {(id(n), 0) for n in graph.variables if n.name in names}
-    outputs = {id(e.node) for e in graph.outputs}
+    batch = {graph.entry_id_of_node(n) for n in graph.variables if n.name in names}
+    outputs = {graph.node_id(e.node) for e in graph.outputs}
     inf = size = None
     if shapes is not None:
         args = set(graph.list_arguments())
@@ -90,12 +86,12 @@ def batch_prefix(graph: Graph, batch_inputs: Sequence[str], shapes: dict | None 
     for n in graph.nodes:
         if n.op is None:
             continue
-        if id(n) in outputs:
+        if graph.node_id(n) in outputs:
             return k, f"'{n.name}' is an output of the graph"
-        if _carries(n, batch):
+        if any(graph.entry_id(e) in batch for e in n.inputs):
             why = _refusal(n)
             if why is None and inf is not None:
-                ranks = {len(inf.shape(e)) for e in n.inputs if (id(e.node), e.index) in batch}
+                ranks = {len(inf.shape(e)) for e in n.inputs if graph.entry_id(e) in batch}
                 outs = [inf.shape(Entry(n, i)) for i in range(n.num_outputs)]
                 if len(ranks) > 1:
                     why = "its batch inputs differ in rank"
@@ -103,7 +99,8 @@ def batch_prefix(graph: Graph, batch_inputs: Sequence[str], shapes: dict | None 
                     why = "its output does not keep the batch on axis 0"
             if why is not None:
                 return k, f"'{n.name}': {why}"
-            batch.update((id(n), i) for i in range(n.num_outputs))
+            base = graph.entry_id_of_node(n)
+            batch.update(range(base, base + n.num_outputs))
         k += 1
     return k, "the end of the graph"
 
@@ -122,32 +119,24 @@ def split_batch(graph: Graph, prefix: int, shares: Sequence[int],
         raise GraphError(f"batch split: cannot split the batch over the first {prefix} ops: "
                          f"the batch may be split over {allowed} at most ({why})")
     names = {n.name for n in graph.nodes}
-    batch_vars = {id(n) for n in graph.variables if n.name in set(batch_inputs)}
+    batch_vars = {graph.node_id(n) for n in graph.variables if n.name in set(batch_inputs)}
     ops = [n for n in graph.nodes if n.op is not None]
-    in_prefix = {id(n) for n in ops[:prefix]}
+    in_prefix = {graph.node_id(n) for n in ops[:prefix]}
     out = BatchSplit(graph, shares)
     if prefix == 0 or not batch_vars:
         return out
-
-    def fresh(base: str) -> str:
-        return unique_name(base, names)
-
-    # (id(node), index) -> [entry of slice d] for entries that carry the batch
-    sliced: dict[tuple, list] = {}
-    new: dict[int, Node] = {}  # rebuilt nodes (shared prefix ops, suffix readers)
     bounds = [0]
     for s in shares:
         bounds.append(bounds[-1] + s)
+    # entry id -> [its value on slice d], for the entries that carry the batch
+    sliced: dict[int, list] = {}
 
-    def whole(e: Entry) -> Entry:
-        return Entry(new.get(id(e.node), e.node), e.index)
-
-    def slice_of(e: Entry, d: int) -> Entry:
-        key = (id(e.node), e.index)
-        if key not in sliced and id(e.node) in batch_vars:
+    def slices_of(e: Entry) -> list | None:
+        eid = graph.entry_id(e)
+        if eid not in sliced and graph.node_id(e.node) in batch_vars:
             parts = []
             for i in range(len(shares)):
-                name = fresh(f"{e.node.name}_slice{i}")
+                name = unique_name(f"{e.node.name}_slice{i}", names)
                 # the last slice runs to the end: at a larger batch the net still
                 # computes every sample (the last device takes the rest)
                 end = bounds[i + 1] if i + 1 < len(shares) else None
@@ -156,43 +145,37 @@ def split_batch(graph: Graph, prefix: int, shares: Sequence[int],
                 out.part[name] = i
                 out.slices.append(name)
                 parts.append(Entry(node, 0))
-            sliced[key] = parts
-        return sliced[key][d] if key in sliced else whole(e)
+            sliced[eid] = parts
+        return sliced.get(eid)
 
-    joined: dict[tuple, Entry] = {}
-
-    def joined_of(e: Entry) -> Entry:
-        key = (id(e.node), e.index)
-        if key not in sliced or id(e.node) in batch_vars:  # the data itself: whole
-            return whole(e)
-        if key not in joined:
-            base = e.node.name if not e.index else f"{e.node.name}_output{e.index}"
-            name = fresh(f"{base}_concat")
-            node = Node(get_op("Concat"), name, {"num_args": len(shares), "dim": 0},
-                        sliced[key])
-            out.concats.append(name)
-            joined[key] = Entry(node, 0)
-        return joined[key]
-
-    for n in graph.nodes:
-        if n.op is None:
-            continue
-        if id(n) in in_prefix and any((id(e.node), e.index) in sliced or id(e.node) in batch_vars
-                                      for e in n.inputs):
-            copies = []
-            for d in range(len(shares)):
-                name = n.name if d == 0 else fresh(f"{n.name}_part{d}")
-                copies.append(Node(n.op, name, n.attrs, [slice_of(e, d) for e in n.inputs]))
-                out.part[name] = d
-            for i in range(n.num_outputs):
-                sliced[(id(n), i)] = [Entry(c, i) for c in copies]
-            continue
-        ins = [joined_of(e) for e in n.inputs]
-        if id(n) in in_prefix:
+    def split(n: Node, inputs: list):
+        if graph.node_id(n) not in in_prefix:
+            return None  # a later reader of a prefix output reads its Concat
+        parts = [slices_of(e) for e in n.inputs]
+        if all(p is None for p in parts):
             out.shared.append(n.name)
-        if any(a.node is not b.node for a, b in zip(ins, n.inputs)):
-            new[id(n)] = n.with_inputs(ins)
-    out.graph = Graph([joined_of(e) for e in graph.outputs])
+            return None
+        copies = []
+        for d in range(len(shares)):
+            name = n.name if d == 0 else unique_name(f"{n.name}_part{d}", names)
+            copies.append(Node(n.op, name, n.attrs, [x if p is None else p[d]
+                                                     for x, p in zip(inputs, parts)]))
+            out.part[name] = d
+        joined = []
+        for i in range(n.num_outputs):
+            sliced[graph.entry_id(Entry(n, i))] = [Entry(c, i) for c in copies]
+            # the whole value, samples in order; left out of the graph where
+            # nothing after the prefix reads it
+            name = unique_name(f"{n.name}{f'_output{i}' if i else ''}_concat", names)
+            joined.append(Entry(Node(get_op("Concat"), name,
+                                     {"num_args": len(shares), "dim": 0},
+                                     [Entry(c, i) for c in copies]), 0))
+            out.concats.append(name)
+        return joined
+
+    out.graph = graph.rewrite(split)
+    kept = {n.name for n in out.graph.nodes}
+    out.concats = [c for c in out.concats if c in kept]
     return out
 
 

@@ -22,6 +22,7 @@ from typing import Sequence
 from ..errors import GraphError
 from ..graph import Entry, Graph, Node, entry_key, unique_name
 from ..ops.registry import get_op
+from ..util import short_repr
 
 
 def default_wrt(graph: Graph, data_names=None, label_names=None) -> list:
@@ -92,6 +93,27 @@ def build_gradient(graph: Graph, wrt: Sequence[str]) -> Graph:
     return build_gradient_with_heads(graph, wrt)[0]
 
 
+def _check_wrt(wrt, by_name: dict) -> list:
+    """``wrt`` as a list, or GraphError unless it holds distinct argument
+    names: a string would be taken letter by letter, and a name given twice
+    would count its gradient twice."""
+    names = list(by_name)
+    valid = ", ".join(names[:20]) + (f", ... ({len(names)} in all)" if len(names) > 20
+                                     else "" if names else "none")
+    if isinstance(wrt, (str, bytes)) or not hasattr(wrt, "__iter__"):
+        raise GraphError(f"wrt must be a list of argument names ({valid}), got "
+                         f"{type(wrt).__name__} {short_repr(wrt)}")
+    wrt, seen = list(wrt), set()
+    for name in wrt:
+        if not isinstance(name, str) or name not in by_name:
+            raise GraphError(f"cannot take the gradient of {short_repr(name)}: it is not an "
+                             f"argument of the graph ({valid})")
+        if name in seen:
+            raise GraphError(f"wrt names {short_repr(name)} twice")
+        seen.add(name)
+    return wrt
+
+
 def build_gradient_with_heads(graph: Graph, wrt: Sequence[str], origin: dict | None = None
                               ) -> tuple[Graph, list[tuple[str, int]]]:
     """``build_gradient``'s graph, and its head-gradient variables as
@@ -100,10 +122,7 @@ def build_gradient_with_heads(graph: Graph, wrt: Sequence[str], origin: dict | N
     none). ``origin``, if given, is filled with backward node name -> name
     of the forward node (or variable) whose gradient made it."""
     by_name = {n.name: n for n in graph.arguments}
-    for name in wrt:
-        if name not in by_name:
-            raise GraphError(f"cannot take the gradient of '{name}': it is not an "
-                             f"argument of the graph ({', '.join(by_name) or 'none'})")
+    wrt = _check_wrt(wrt, by_name)
     wrt_nodes = [by_name[n] for n in wrt]
     reach = _needs_gradient(graph, {id(n) for n in wrt_nodes})
     g = GradBuilder({n.name for n in graph.nodes}, origin)

@@ -155,37 +155,30 @@ def _from_consumers(nodes, dev: dict) -> None:
 def _insert_copies(graph: Graph, devices: list, dev: dict, by_name: dict) -> Placement:
     copy_op = get_op(COPY_OP)
     taken = set(by_name)
-    new: dict[int, Node] = {}
-    copies: dict[tuple, Entry] = {}
+    copies: dict[tuple, Entry] = {}  # (entry id, device) -> the copy there
     copy_names: list[str] = []
     out_dev = dict(dev)
 
-    def entry(e: Entry) -> Entry:
-        return Entry(new.get(id(e.node), e.node), e.index)
-
-    def copy_of(e: Entry, d: int) -> Entry:
-        key = (id(e.node), e.index, d)
-        c = copies.get(key)
-        if c is None:
+    def copy_of(e: Entry, value: Entry, d: int) -> Entry:
+        key = (graph.entry_id(e), d)
+        if key not in copies:
             base = f"{e.node.name}{'_' + str(e.index) if e.index else ''}_copy_to_dev{d}"
             name = unique_name(base, taken)
-            node = Node(copy_op, name, {}, [entry(e)])
             out_dev[name] = d
             copy_names.append(name)
-            c = copies[key] = Entry(node, 0)
-        return c
+            copies[key] = Entry(Node(copy_op, name, {}, [value]), 0)
+        return copies[key]
 
-    for n in graph.nodes:
-        if n.op is None:
-            continue
+    def cross(n: Node, inputs: list):
+        # a copy already in the graph (the gradient of a copy) stays with its reader
+        if n.op is None or n.op.name == COPY_OP:
+            return None
         d = dev[n.name]
-        crossing = n.op.name != COPY_OP
-        ins = [copy_of(e, d) if crossing and dev[e.node.name] != d else entry(e)
-               for e in n.inputs]
-        if any(a.node is not b.node for a, b in zip(ins, n.inputs)):
-            new[id(n)] = n.with_inputs(ins)
-    g = Graph([entry(e) for e in graph.outputs]) if new else graph
-    return Placement(g, devices, out_dev, copy_names)
+        if all(dev[e.node.name] == d for e in n.inputs):
+            return None
+        return n.with_inputs([x if dev[e.node.name] == d else copy_of(e, x, d)
+                              for e, x in zip(n.inputs, inputs)])
+    return Placement(graph.rewrite(cross), devices, out_dev, copy_names)
 
 
 def with_groups(graph: Graph, group_of: dict) -> Graph:
@@ -193,23 +186,17 @@ def with_groups(graph: Graph, group_of: dict) -> Graph:
     ``__ctx_group__ = group_of[name]`` (None removes it); other nodes keep
     their attributes. Nodes are rebuilt where an attribute or an input
     changed."""
-    new: dict[int, Node] = {}
-
-    def entry(e: Entry) -> Entry:
-        return Entry(new.get(id(e.node), e.node), e.index)
-
-    for n in graph.nodes:
-        ins = [entry(e) for e in n.inputs]
+    def regroup(n: Node, inputs: list):
+        if n.name not in group_of:
+            return None
         attrs = dict(n.attrs)
-        if n.name in group_of:
-            grp = group_of[n.name]
-            if grp is None:
-                attrs.pop(GROUP_KEY, None)
-            else:
-                attrs[GROUP_KEY] = str(grp)
-        if attrs != n.attrs or any(a.node is not b.node for a, b in zip(ins, n.inputs)):
-            new[id(n)] = Node(n.op, n.name, attrs, ins)
-    return Graph([entry(e) for e in graph.outputs]) if new else graph
+        grp = group_of[n.name]
+        if grp is None:
+            attrs.pop(GROUP_KEY, None)
+        else:
+            attrs[GROUP_KEY] = str(grp)
+        return None if attrs == n.attrs else Node(n.op, n.name, attrs, inputs)
+    return graph.rewrite(regroup)
 
 
 def contiguous_groups(graph: Graph, cuts: Sequence[int], names: Sequence[str] | None = None

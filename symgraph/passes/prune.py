@@ -79,60 +79,27 @@ def prune(graph: Graph, outputs: Iterable | None = None) -> Graph:
     outs = list(graph.outputs) if outputs is None else [_lookup(graph, k) for k in outputs]
     if not outs:
         raise GraphError("prune: no output requested")
-    g = graph if outputs is None else Graph(outs)
+    g = graph if outputs is None else graph.rewrite(outputs=outs)
     return _narrow_backward(g)
 
 
 def _narrow_backward(g: Graph) -> Graph:
     """Clears the ``need`` bits of gradients that nothing reads."""
-    read = set()
-    for n in g.nodes:
-        for e in n.inputs:
-            read.add((id(e.node), e.index))
-    for e in g.outputs:
-        read.add((id(e.node), e.index))
+    returned = {g.entry_id(e) for e in g.outputs}
 
-    new: dict[int, Node] = {}       # id(old node) -> rebuilt node
-    remap: dict[int, list] = {}     # id(old node) -> old output index -> new index
-    for node in g.nodes:
-        if node.op is None:
-            continue
-        inputs = [_map(e, new, remap) for e in node.inputs]
-        changed = any(a is not b for a, b in zip(inputs, node.inputs))
+    def narrow(node: Node, inputs: list):
         mask = _need_mask(node)
-        attrs = node.attrs
-        if mask is not None:
-            used = [(id(node), k) in read for k in range(node.num_outputs)]
-            if not all(used):
-                bits = [i for i, m in enumerate(mask) if m]
-                new_mask = [0] * len(mask)
-                index_map = []
-                k_new = 0
-                for k, i in enumerate(bits):
-                    if used[k]:
-                        new_mask[i] = 1
-                        index_map.append(k_new)
-                        k_new += 1
-                    else:
-                        index_map.append(None)
-                remap[id(node)] = index_map
-                attrs = dict(node.attrs)
-                attrs["need"] = tuple(new_mask)
-                changed = True
-        if changed:
-            new[id(node)] = Node(node.op, node.name, attrs, inputs)
-    if not new:
-        return g
-    return Graph([_map(e, new, remap) for e in g.outputs])
-
-
-def _map(e: Entry, new: dict, remap: dict) -> Entry:
-    node = new.get(id(e.node))
-    if node is None:
-        return e
-    index_map = remap.get(id(e.node))
-    idx = e.index if index_map is None else index_map[e.index]
-    if idx is None:  # only unread outputs are cleared: a bug in this pass
-        raise GraphError(f"prune: output {e.index} of node '{e.node.name}' is read but was "
-                         f"pruned")
-    return Entry(node, idx)
+        if mask is None:
+            return None
+        used = [bool(g.users(Entry(node, k))) or g.entry_id(Entry(node, k)) in returned
+                for k in range(node.num_outputs)]
+        if all(used):
+            return None
+        bits = [i for i, m in enumerate(mask) if m]
+        new_mask = [0] * len(mask)
+        for k, i in enumerate(bits):
+            new_mask[i] = int(used[k])
+        new = Node(node.op, node.name, {**node.attrs, "need": tuple(new_mask)}, inputs)
+        kept = iter(range(new.num_outputs))
+        return [Entry(new, next(kept)) if u else None for u in used]
+    return g.rewrite(narrow)

@@ -70,46 +70,28 @@ def rewrite(full: Graph, num_forward_outputs: int, names: Iterable[str]) -> Grap
         wanted.append(node)
     if not wanted:
         return full
-    fwd_ids = {id(n) for n in fwd}
-    chosen = {id(n) for n in wanted}
+    fwd_ids = {full.node_id(n) for n in fwd}
+    chosen = {full.node_id(n) for n in wanted}
     taken = {n.name for n in full.nodes}
+    clone: dict[int, Entry] = {}  # entry id -> the clone's output
 
-    def unique(base: str) -> str:
-        return unique_name(base, taken)
-
-    clone: dict[int, Node] = {}
-    for n in fwd:  # topological: a clone's recomputed inputs are cloned first
-        if id(n) not in chosen:
-            continue
-        ins = [Entry(clone[id(e.node)], e.index) if id(e.node) in clone else e
-               for e in n.inputs]
-        clone[id(n)] = _like(n, unique(n.name + RECOMPUTE_SUFFIX),
-                             {**n.attrs, RECOMPUTE_ATTR: n.name}, ins)
-
-    # backward nodes read the clones; a backward node whose inputs did not
-    # change is kept as it is
-    new: dict[int, Node] = {}
-
-    def mapped(e: Entry) -> Entry:
-        node = e.node
-        c = clone.get(id(node))
-        if c is not None:
-            return Entry(c, e.index)
-        m = new.get(id(node))
-        return e if m is None else Entry(m, e.index)
-
-    for n in full.nodes:
-        if n.op is None or id(n) in fwd_ids:
-            continue
-        ins = [mapped(e) for e in n.inputs]
-        if any(a != b for a, b in zip(ins, n.inputs)):
-            new[id(n)] = _like(n, n.name, n.attrs, ins)
-    # a gradient output that is a forward entry itself stays the original:
-    # the forward computes it anyway
-    outs = list(full.outputs[:num_forward_outputs])
-    outs += [e if id(e.node) in fwd_ids else mapped(e)
-             for e in full.outputs[num_forward_outputs:]]
-    return Graph(outs)
+    def recomputed(n: Node, inputs: list):
+        nid = full.node_id(n)
+        if nid in fwd_ids:
+            # forward nodes stay; a chosen one gets a clone, reading the
+            # clones of its recomputed inputs (cloned first: inputs come first)
+            if nid in chosen:
+                c = _like(n, unique_name(n.name + RECOMPUTE_SUFFIX, taken),
+                          {**n.attrs, RECOMPUTE_ATTR: n.name},
+                          [clone.get(full.entry_id(e), e) for e in n.inputs])
+                base = full.entry_id_of_node(n)
+                clone.update((base + i, Entry(c, i)) for i in range(n.num_outputs))
+            return None
+        # backward nodes read the clones; a gradient output that is a forward
+        # entry stays the original: the forward computes it anyway
+        ins = [clone.get(full.entry_id(e), x) for e, x in zip(n.inputs, inputs)]
+        return None if ins == list(n.inputs) else n.with_inputs(ins)
+    return full.rewrite(recomputed)
 
 
 def _like(n: Node, name: str, attrs: dict, inputs: list) -> Node:

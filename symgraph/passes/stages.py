@@ -46,18 +46,18 @@ class Stage:
     nodes: list = field(default_factory=list)
 
 
-def segment_of(fwd: list, nbytes, k: int) -> dict:
-    """``{id(node): segment}``: the forward nodes (topological order) cut
-    into at most ``k`` contiguous segments of about equal output bytes
-    (``nbytes(node)``)."""
+def segment_of(fwd: list, nbytes, k: int) -> list:
+    """The segment of each of the forward nodes ``fwd`` (topological
+    order), cut into at most ``k`` contiguous segments of about equal
+    output bytes (``nbytes(node)``)."""
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise PlanError(f"stages: k={k!r}; use a positive integer")
     sizes = [max(0, int(nbytes(n))) for n in fwd]
     total = sum(sizes) or 1
-    out, acc = {}, 0
-    for n, b in zip(fwd, sizes):
+    out, acc = [], 0
+    for b in sizes:
         # the segment is where the node's bytes start: equal shares of the total
-        out[id(n)] = min(k - 1, int(acc * k / total))
+        out.append(min(k - 1, int(acc * k / total)))
         acc += b
     return out
 
@@ -68,25 +68,24 @@ def default_segments(num_forward_ops: int) -> int:
 
 
 def stage_of(split: TrainingSplit, nbytes, k: int) -> tuple:
-    """``({id(node): stage}, number of stages)`` for the op nodes of
-    ``split.full`` (see the module docstring)."""
+    """``(stage, number of stages)``: ``stage[i]`` is the stage of node
+    ``i`` of ``split.full`` (see the module docstring; 0 for variables)."""
     full = split.full
     fwd = forward_nodes(full, split.num_outputs)
-    seg = segment_of(fwd, nbytes, k)
-    k = max(seg.values(), default=0) + 1
-    by_name = {n.name: seg[id(n)] for n in fwd}
-    stage: dict[int, int] = {}
-    for n in full.nodes:  # topological: inputs first
+    segs = segment_of(fwd, nbytes, k)
+    k = max(segs, default=0) + 1
+    seg = {full.node_id(n): s for n, s in zip(fwd, segs)}
+    by_name = {n.name: s for n, s in zip(fwd, segs)}
+    stage = [0] * len(full.nodes)
+    for i, n in enumerate(full.nodes):  # topological: inputs first
         if n.op is None:
             continue
-        if id(n) in seg:
-            s = seg[id(n)]
+        if i in seg:
+            s = seg[i]
         else:
             origin = split.origin.get(n.name)
             s = 2 * k - 1 - by_name[origin] if origin in by_name else 0
-        for e in n.inputs:
-            s = max(s, stage.get(id(e.node), 0))
-        stage[id(n)] = s
+        stage[i] = max([s] + [stage[full.node_id(e.node)] for e in n.inputs])
     return stage, 2 * k
 
 
@@ -95,45 +94,38 @@ def stage_graphs(split: TrainingSplit, nbytes, k: int) -> list:
     (stages with nothing to compute are left out)."""
     full = split.full
     stage, n = stage_of(split, nbytes, k)
-    last_read: dict[str, int] = {}
-    entries: dict[str, Entry] = {}
-    for node in full.nodes:
-        if node.op is None:
-            continue
-        s = stage[id(node)]
-        for e in node.inputs:
-            if e.node.op is None:
-                continue
-            key = entry_key(e)
-            if stage[id(e.node)] < s:
-                last_read[key] = max(last_read.get(key, -1), s)
-                entries[key] = e
-    outs_of: dict[int, list] = {}
-    for i, e in enumerate(full.outputs):
-        if e.node.op is not None:
-            outs_of.setdefault(stage[id(e.node)], []).append(i)
-    returns_of: dict[int, list] = {}
+
+    def stage_at(e: Entry) -> int:
+        return stage[full.node_id(e.node)]
+    entries: dict[str, Entry] = {}  # entry key -> an entry a later stage reads
     reads_of: dict[int, list] = {}
-    for key, e in entries.items():
-        returns_of.setdefault(stage[id(e.node)], []).append(key)
-    for node in full.nodes:
+    for i, node in enumerate(full.nodes):
         if node.op is None:
             continue
-        s = stage[id(node)]
+        s = stage[i]
         for e in node.inputs:
-            key = entry_key(e)
-            if e.node.op is not None and stage[id(e.node)] < s:
+            if e.node.op is not None and stage_at(e) < s:
+                key = entry_key(e)
+                entries[key] = e
                 lst = reads_of.setdefault(s, [])
                 if key not in lst:
                     lst.append(key)
+    outs_of: dict[int, list] = {}
+    for i, e in enumerate(full.outputs):
+        if e.node.op is not None:
+            outs_of.setdefault(stage_at(e), []).append(i)
+    returns_of: dict[int, list] = {}
+    for key, e in entries.items():
+        returns_of.setdefault(stage_at(e), []).append(key)
     out = []
     for s in range(n):
         rets, idx = returns_of.get(s, []), outs_of.get(s, [])
         if not rets and not idx:
             continue
-        g = Graph([entries[k] for k in rets] + [full.outputs[i] for i in idx])
+        g = full.rewrite(outputs=[entries[k] for k in rets] + [full.outputs[i] for i in idx])
         out.append(Stage(s, g, reads_of.get(s, []), rets, idx,
-                         [nd for nd in full.nodes if nd.op is not None and stage[id(nd)] == s]))
+                         [nd for i, nd in enumerate(full.nodes)
+                          if nd.op is not None and stage[i] == s]))
     # an output that is a variable (a gradient passed through) is fed, never computed
     return out
 

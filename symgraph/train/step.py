@@ -142,31 +142,23 @@ def scale_loss_heads(graph: Graph, scale_of, loss_op=None) -> Graph:
     ``scale_of(node)`` and, with ``loss_op``, the op ``loss_op(op)`` (nodes
     left as they were are kept; nodes downstream of a rewritten one are
     rebuilt). The forward computation is unchanged."""
-    new: dict[int, Node] = {}
-
-    def entry(e: Entry) -> Entry:
-        return Entry(new.get(id(e.node), e.node), e.index)
-
-    for n in graph.nodes:
-        if n.op is None:
-            continue
-        ins = [entry(e) for e in n.inputs]
-        s = scale_of(n) if n.op.is_loss else 1.0
-        op = loss_op(n.op) if loss_op is not None and n.op.is_loss else n.op
-        if s != 1.0 or op is not n.op or \
-                any(a.node is not b.node for a, b in zip(ins, n.inputs)):
-            attrs = dict(n.attrs)
-            if s != 1.0:
-                if "grad_scale" not in n.op.attrs:
-                    raise TrainError(
-                        f"loss node '{n.name}' ({n.op.name}) has no grad_scale attribute, so "
-                        f"its gradient cannot be scaled by {s:g} (needed for loss scaling or "
-                        f"for batch normalization over several devices)")
-                attrs["grad_scale"] = repr(float(n.params.grad_scale) * s)
-            new[id(n)] = Node(op, n.name, attrs, ins)
-    if not new:
-        return graph
-    return Graph([entry(e) for e in graph.outputs])
+    def scaled(n: Node, inputs: list):
+        if n.op is None or not n.op.is_loss:
+            return None
+        s = scale_of(n)
+        op = n.op if loss_op is None else loss_op(n.op)
+        if s == 1.0 and op is n.op:
+            return None
+        attrs = dict(n.attrs)
+        if s != 1.0:
+            if "grad_scale" not in n.op.attrs:
+                raise TrainError(
+                    f"loss node '{n.name}' ({n.op.name}) has no grad_scale attribute, so "
+                    f"its gradient cannot be scaled by {s:g} (needed for loss scaling or "
+                    f"for batch normalization over several devices)")
+            attrs["grad_scale"] = repr(float(n.params.grad_scale) * s)
+        return Node(op, n.name, attrs, inputs)
+    return graph.rewrite(scaled)
 
 
 class TrainPrograms:

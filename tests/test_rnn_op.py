@@ -685,3 +685,24 @@ def test_nd_rnn_inference():
     np.testing.assert_allclose(got.asnumpy(), rnn_reference(p, x, w, h)[0], rtol=1e-12)
     with pytest.raises(SymgraphError):
         sg.nd.RNN(sg.nd.array(x), sg.nd.array(w[:-1]), sg.nd.array(h), **p)
+
+
+def test_an_inf_output_gradient_spreads_only_where_the_math_sends_it():
+    # the backward's ties read the output gradient's first element; they
+    # select on it, so an inf there reaches only the inputs it depends on:
+    # a unidirectional lstm's step-0 output gradient never reaches dx[1:]
+    T, N, I, H = 3, 2, 4, 5
+    r = sg.sym.RNN(data=sg.sym.Variable("data"), parameters=sg.sym.Variable("w"),
+                   state=sg.sym.Variable("h0"), state_cell=sg.sym.Variable("c0"),
+                   mode="lstm", state_size=H, num_layers=1, name="r")
+    ex = r.simple_bind(sg.cpu(), data=(T, N, I), h0=(1, N, H), c0=(1, N, H))
+    rng = np.random.default_rng(0)
+    for a in ex.arg_dict.values():
+        a[:] = (rng.standard_normal(a.shape) * 0.3).astype(np.float32)
+    ex.forward(is_train=True)
+    og = np.ones((T, N, H), np.float32)
+    og[0, 0, 0] = np.inf
+    ex.backward(sg.nd.array(og))
+    dx = ex.grad_dict["data"].asnumpy()
+    assert np.isfinite(dx[1:]).all()
+    assert not np.isfinite(dx[0, 0]).all()  # where it does reach

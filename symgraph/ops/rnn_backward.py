@@ -20,6 +20,15 @@ from .rnn import (_arguments, _cell, _dirs, _flops, _has_mask, _piece, _reserve_
                   _reserve_slabs, _rnn, _split_inputs, _valid_steps, _visible, layout)
 
 
+def _never(g):
+    """A boolean scalar read from ``g``'s first element that is always False
+    (``g[0] * 0`` is 0, -0 or NaN, never above 0) and that XLA cannot fold:
+    values selected on it are made when ``g`` exists, not in the forward,
+    and pass bit for bit whatever ``g`` holds (an added ``g[0] * 0`` would
+    spread an inf or NaN of g[0] to the whole weight gradient)."""
+    return jnp.ravel(g)[0] * 0 > 0
+
+
 def _direction_backward(p, x_at, h0, c0, weights, where, ys, cs, dys, dh, dc, dw, valid,
                         reverse, want_dx):
     """The gradient of one layer in one direction: a scan against the
@@ -68,8 +77,8 @@ def _direction_backward(p, x_at, h0, c0, weights, where, ys, cs, dys, dh, dc, dw
 
     # the sums start at zeros tied to the output gradient, or XLA makes them
     # in the forward and keeps them until here (see _rnn_backward)
-    tie = jnp.ravel(dys)[0] * 0
-    zeros = tuple(jnp.full_like(v, tie) for v in weights)
+    late = _never(dys)
+    zeros = tuple(jnp.where(late, jnp.ones_like(v), jnp.zeros_like(v)) for v in weights)
     (dh0, dc0, sums), dxs = jax.lax.scan(body, (dh, dc, zeros),
                                          jnp.arange(steps, dtype=jnp.int32),
                                          reverse=not reverse)
@@ -112,16 +121,16 @@ def _rnn_backward(p, ctx, og, ins, outs):
     need = list(p.need) if p.need else [1] * len(_arguments(p))
     # the weight gradient each scan's sums are added into, tied like the
     # slices below so that XLA does not make it in the forward and keep it
-    dw = jnp.full_like(w, jnp.ravel(dout)[0] * 0)
+    dw = jnp.where(_never(dout), jnp.ones_like(w), jnp.zeros_like(w))
     dh0, dc0 = [None] * (layers * d), [None] * (layers * d)
     dy = dout  # the gradient of this layer's output (T, N, D*H)
     dx = None
     for layer in reversed(range(layers)):
-        # this layer's weight slices are tied to its output gradient (adding
-        # dy[0] * 0, which XLA cannot fold; lower.tie_to_first's device):
+        # this layer's weight slices are tied to its output gradient (a
+        # select on _never(dy), which XLA cannot fold; lower.tie_to_first's device):
         # they are sliced when the layer's turn comes, not all at once, nor
         # merged with the forward's slices that XLA would keep alive until here
-        tie = jnp.ravel(dy)[0] * 0
+        late = _never(dy)
         if layer == 0:
             def x_at(t):
                 return x[t]
@@ -139,7 +148,8 @@ def _rnn_backward(p, ctx, og, ins, outs):
             where = places[layer][k]
             cs = reserve[slab["c", layer, k]] if lstm else None
             g, dh0[j], dc0[j], dw = _direction_backward(
-                p, x_at, hx[j], cx[j], [_piece(w, at) + tie for at in where], where,
+                p, x_at, hx[j], cx[j], [jnp.where(late, 0, _piece(w, at)) for at in where],
+                where,
                 outputs_of(layer, k), cs, dy[..., k * hid:(k + 1) * hid], dhy[j], dcy[j],
                 dw, valid, k == 1, want_dx)
             dxs.append(g)

@@ -503,8 +503,9 @@ def _markdown(rows: list, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: str, text: str) -> None:
-    # atomically (symgraph.util cannot be imported in MXNet's venv)
+def write_atomic(path: str, text: str) -> None:
+    """Writes ``text`` to ``path`` atomically (symgraph.util cannot be
+    imported in MXNet's venv; mxnet_ssd300.py uses this one too)."""
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         f.write(text)
@@ -549,10 +550,10 @@ def main(argv=None) -> int:
             "command": "MXVENV/bin/python benchmarks/mxnet_detection.py --python python3"
                        + (f" --seed {args.seed}" if args.seed else "")}
     os.makedirs(args.out, exist_ok=True)
-    _write(os.path.join(args.out, "results.json"),
+    write_atomic(os.path.join(args.out, "results.json"),
            json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     text = _markdown(rows, meta)
-    _write(os.path.join(args.out, "results.md"), text)
+    write_atomic(os.path.join(args.out, "results.md"), text)
     print(text)
     return 0 if all(r["match"] for r in rows) else 1
 

@@ -44,6 +44,8 @@ import time
 
 import numpy as np
 
+from mxnet_detection import write_atomic  # this folder: the script's sys.path[0]
+
 # before mxnet is imported: MXNet's planner figure without conv+ReLU fusion,
 # as benchmarks/mxnet_memory.py reads it
 os.environ["MXNET_SUBGRAPH_BACKEND"] = "NONE"
@@ -218,15 +220,6 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: str, text: str) -> None:
-    # atomically (symgraph.util cannot be imported in MXNet's venv)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp makes it private
-    os.replace(tmp, path)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", default=None, help="an interpreter with symgraph")
@@ -266,9 +259,9 @@ def main(argv=None) -> int:
         res["speed"] = speed(args, path)
     res["load_after"] = _load()
     os.makedirs(args.out, exist_ok=True)
-    _write(os.path.join(args.out, "results.json"), json.dumps(res, indent=1) + "\n")
+    write_atomic(os.path.join(args.out, "results.json"), json.dumps(res, indent=1) + "\n")
     text = markdown(res)
-    _write(os.path.join(args.out, "results.md"), text)
+    write_atomic(os.path.join(args.out, "results.md"), text)
     print(text)
     return 0
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import replace
 
 from ..cli import UsageError, check_output_folder, load_net, parse_shapes
 from .. import measures as measures_mod
@@ -189,9 +190,10 @@ def run(args) -> int:
                 **options)
         # the report compares with the budget asked; the plan's own budget is
         # lower where it was made again to the excess XLA's program held
-        planned_to, p.budget = p.budget, budget
-        p.xla = {**figures, "budget_holds": holds,
-                 **({"planned_to": planned_to} if planned_to not in (None, budget) else {})}
+        planned_to = p.budget
+        p = replace(p, budget=budget, xla={
+            **figures, "budget_holds": holds,
+            **({"planned_to": planned_to} if planned_to not in (None, budget) else {})})
     else:
         p = plan(net, shapes, train=args.train, budget=budget, group2ctx=group2ctx, **options)
     if not args.no_xla and p.xla is None:
@@ -199,7 +201,7 @@ def run(args) -> int:
         from ..util import busy
         what = "training step" if args.train else "inference program"
         with busy(f"XLA is compiling the Module's {what} for {target.device}"):
-            p.xla = xla.plan_memory(p, measures, target, args.compute_dtype)
+            p = replace(p, xla=xla.plan_memory(p, measures, target, args.compute_dtype))
     breakdown = None
     if args.breakdown:
         from .. import xla

@@ -361,10 +361,8 @@ def propose_split(plan, forward: Graph, n: int, origin: dict, device_type: str =
 def _replace_graph(plan, graph: Graph):
     """``plan`` seen with ``graph`` (same nodes, other attributes): what
     ``plan_devices`` reads (the graph, shapes, outputs, options)."""
-    import copy
-    p = copy.copy(plan)
-    p.graph = graph
-    return p
+    from dataclasses import replace
+    return replace(plan, graph=graph)
 
 
 def forward_groups_graph(forward: Graph, groups: dict) -> Graph:

@@ -5,6 +5,8 @@ the least temp).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from .. import targets
 from .steps import Step, XlaError, plan_step
 
@@ -56,7 +58,8 @@ def plan_memory(plan, measures="auto", target=None, compute_dtype="float32") -> 
     not know is None. ``measures``: 'auto' (the rule a Module uses),
     'none', or names. ``target``: the device it is compiled for
     (``symgraph.targets.get``; ``program['target']`` names it).
-    ``plan.xla = plan_memory(plan)`` puts the figures in the plan's report
+    ``dataclasses.replace(plan, xla=plan_memory(plan))`` is the plan with the
+    figures in its report
     and JSON."""
     step = plan_step(plan, measures, target, compute_dtype)
     m = memory(step)
@@ -167,5 +170,6 @@ def plan_on(net, shapes: dict | None = None, train: bool = False, *, target=None
         target = targets.get(target)
     p = plan(net, shapes, train, **plan_kwargs)
     if target is not None:
-        p.xla = plan_memory(p, target=target, compute_dtype=compute_dtype)
+        p = dataclasses.replace(p, xla=plan_memory(p, target=target,
+                                                    compute_dtype=compute_dtype))
     return p

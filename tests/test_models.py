@@ -231,6 +231,7 @@ def test_cli_lists_writes_and_prints(tmp_path, capsys):
     out = tmp_path / "sub" / "net.json"
     out.parent.mkdir()  # a missing folder is an error (test_bad_input), not made
     assert main(["zoo", "resnet-cifar-20", "-o", str(out), "--classes", "100"]) == 0
+    assert capsys.readouterr().out == f"wrote {out}\n"
     net = sg.sym.load(str(out))
     assert net.infer_shape(data=(2, 3, 32, 32))[1] == [(2, 100)]
     assert not [p for p in out.parent.iterdir() if p.name != "net.json"]  # no temp left

@@ -11,7 +11,7 @@ import pytest
 
 import symgraph as sg
 from symgraph.cli import main
-from symgraph.models import ModelError, get_model, list_models, model_info
+from symgraph.models import ModelError, data_shapes, get_model, list_models, model_info
 from symgraph.models.ssd import CONFIGS
 from symgraph.symbol import load_json
 
@@ -226,3 +226,58 @@ def test_the_deploy_net_runs():
     kept = det[0][det[0, :, 0] >= 0]
     assert set(np.unique(kept[:, 0])) <= {0.0, 1.0}
     assert np.all((kept[:, 1] >= 0) & (kept[:, 1] <= 1))
+
+
+@pytest.mark.parametrize("mode", ["train", "deploy"])
+def test_zoo_cli_mode_writes_the_symbol_and_says_so(mode, tmp_path, capsys):
+    out = tmp_path / f"ssd-{mode}.json"
+    assert main(["zoo", "ssd-300-vgg16", "--mode", mode, "--classes", "3", "-o", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {out}\n"
+    net = sg.sym.load(str(out))
+    want = get_model("ssd-300-vgg16", num_classes=3, mode=mode)
+    assert net.list_outputs() == want.list_outputs()
+    assert net.list_outputs()[-1] == ("det_out_output" if mode == "train" else
+                                      "detection_output")
+    assert ("label" in net.list_arguments()) == (mode == "train")
+
+
+def test_zoo_cli_mode_needs_a_detector(capsys):
+    assert main(["zoo", "vgg16", "--mode", "deploy"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("symgraph: error: ") and "--mode is for the SSD" in err
+    assert main(["zoo", "--mode", "train"]) == 2
+    assert main(["zoo", "ssd-300-vgg16", "--mode", "test"]) == 2
+
+
+def test_data_shapes_of_a_detector_name_its_label():
+    shapes = data_shapes("ssd-300-vgg16", 4)
+    assert shapes == {"data": (4, 3, 300, 300), "label": (4, 16, 5)}
+    shapes = data_shapes("ssd-300-resnet50", 2, "3,320,320", max_objects=8, object_width=6)
+    assert shapes == {"data": (2, 3, 320, 320), "label": (2, 8, 6)}
+    # the shapes are the ones the training symbol reads: it infers with them
+    net = get_model("ssd-96-resnet18", num_classes=3, width=0.25)
+    _, outs, _ = net.infer_shape(**data_shapes("ssd-96-resnet18", 2))
+    assert outs[0][0] == 2 and outs[3][2] == 6
+    assert data_shapes("ssd-300-vgg16", 1, mode="deploy") == {"data": (1, 3, 300, 300)}
+    assert data_shapes("resnet-cifar-20", 3) == {"data": (3, 3, 32, 32), "softmax_label": (3,)}
+    with pytest.raises(ModelError, match="object_width"):
+        data_shapes("ssd-300-vgg16", 1, object_width=4)
+    with pytest.raises(ModelError, match="mode must be"):
+        data_shapes("ssd-300-vgg16", 1, mode="test")
+
+
+def test_the_small_ssd_maps():
+    # ResNet-18 v2 at 96: 7x7/2 stem and 3x3/2 pooling (48, 24: stage 1),
+    # stages 2-4 stride 2 (12, 6, 3), then the extras 3x3/2 pad 1 (2, 1)
+    cfg = CONFIGS["ssd-96-resnet18"]
+    sides = [24, 12, 6, 3, 2, 1]
+    anchors = sum(side * side * (len(s) + len(r) - 1)
+                  for side, s, r in zip(sides, cfg.sizes, cfg.ratios))
+    net = get_model("ssd-96-resnet18", num_classes=3, width=0.25)
+    arg_shapes, outs, _ = net.infer_shape(data=(2, 3, 96, 96), label=(2, 4, 5))
+    assert outs == [(2, 4, anchors), (2, 4 * anchors), (2, anchors), (2, anchors, 6)]
+    args = dict(zip(net.list_arguments(), arg_shapes))
+    # stage 1 of ResNet-18 is 64 wide, a quarter of it 16; 4 anchors a position there
+    assert args["_plus1_cls_pred_conv_weight"] == (4 * 4, 16, 3, 3)
+    assert args["_plus7_loc_pred_conv_weight"] == (6 * 4, 128, 3, 3)
+    assert model_info("ssd-96-resnet18").image_shape == (3, 96, 96)

@@ -9,7 +9,8 @@
 Layer structure and node names follow MXNet's
 ``example/image-classification/symbols`` files, so parameter names match
 MXNet checkpoints and a zoo net written as JSON loads in MXNet unchanged.
-Every net reads ``data`` (N, C, H, W) and ``softmax_label`` (N,).
+Every classifier reads ``data`` (N, C, H, W) and ``softmax_label`` (N,);
+the SSD detectors read ``data`` and ``label`` (N, objects, 5 or 6).
 
 Parameter counts use the usual convention: every learnable argument
 (weights, biases, BatchNorm gamma and beta -- also where ``fix_gamma``
@@ -41,14 +42,15 @@ class ModelInfo:
     image_shape: tuple
     num_classes: int
     doc: str
+    detector: bool = False  # reads ``label`` (N, objects, 5|6), not ``softmax_label``
 
 
 _IMAGENET = (3, 224, 224)
 _REGISTRY: dict[str, ModelInfo] = {}
 
 
-def _add(name, build, doc, image_shape=_IMAGENET, num_classes=1000):
-    _REGISTRY[name] = ModelInfo(name, build, tuple(image_shape), num_classes, doc)
+def _add(name, build, doc, image_shape=_IMAGENET, num_classes=1000, detector=False):
+    _REGISTRY[name] = ModelInfo(name, build, tuple(image_shape), num_classes, doc, detector)
 
 
 _add("alexnet", lambda c, s: alexnet.get_symbol(c, s), "AlexNet, single tower with LRN")
@@ -78,10 +80,11 @@ _add("resnet9-dawn", lambda c, s, **kw: resnet9.get_symbol(c, s, **kw),
      "ResNet-9 of the DAWNBench CIFAR-10 recipe (option: smooth_alpha=0.2)",
      image_shape=(3, 32, 32), num_classes=10)
 for _n, _cfg in ssd.CONFIGS.items():
+    _origin = "MXNet's example/ssd" if _n in ssd.MXNET_NETS else "a small SSD, not MXNet's"
     _add(_n, lambda c, s, n=_n, **kw: ssd.get_symbol(n, c, s, **kw),
-         f"SSD-{_cfg.nominal} detector, {_cfg.base} base (MXNet's example/ssd): reads data and "
+         f"SSD-{_cfg.nominal} detector, {_cfg.base} base ({_origin}): reads data and "
          f"label (options: mode='train'|'deploy', width, nms_thresh, nms_topk, force_suppress)",
-         image_shape=(3, _cfg.nominal, _cfg.nominal), num_classes=20)
+         image_shape=(3, _cfg.nominal, _cfg.nominal), num_classes=20, detector=True)
 
 # any depth: resnet-N, resnet-v1-N, resnet-cifar-N, resnet-v1-cifar-N
 _RESNET_NAME = re.compile(r"^resnet-(v1-)?(cifar-)?(\d+)$")
@@ -168,11 +171,28 @@ def parse_image_shape(value) -> tuple:
     return shape
 
 
-def data_shapes(name: str, batch_size: int, image_shape=None) -> dict:
-    """Input shapes for ``infer_shape``/``plan``: ``data`` and ``softmax_label``."""
-    shape = model_info(name).image_shape if image_shape is None else \
-        parse_image_shape(image_shape)
-    return {"data": (int(batch_size), *shape), "softmax_label": (int(batch_size),)}
+def data_shapes(name: str, batch_size: int, image_shape=None, mode: str = "train",
+                max_objects: int = 16, object_width: int = 5) -> dict:
+    """Input shapes for ``infer_shape``/``plan``: ``data`` and the label a
+    training net reads, ``softmax_label`` (N,) for a classifier, ``label``
+    (N, ``max_objects``, ``object_width``) for an SSD; ``mode='deploy'``
+    gives ``data`` alone."""
+    info = model_info(name)
+    shape = info.image_shape if image_shape is None else parse_image_shape(image_shape)
+    if mode not in ("train", "deploy"):
+        raise ModelError(f"data_shapes: mode must be 'train' or 'deploy', got {mode!r}")
+    batch = int(batch_size)
+    out = {"data": (batch, *shape)}
+    if mode == "deploy":
+        return out
+    if not info.detector:
+        out["softmax_label"] = (batch,)
+        return out
+    if int(max_objects) < 1 or int(object_width) < 5:
+        raise ModelError(f"data_shapes: need max_objects >= 1 and object_width >= 5 (cls, "
+                         f"xmin, ymin, xmax, ymax, ...), got {max_objects}, {object_width}")
+    out["label"] = (batch, int(max_objects), int(object_width))
+    return out
 
 
 def is_input(name: str) -> bool:

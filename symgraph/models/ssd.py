@@ -3,6 +3,12 @@
     net = sg.models.get_model('ssd-300-vgg16')                   # training symbol
     net = sg.models.get_model('ssd-300-vgg16', mode='deploy')    # detections
     net = sg.models.get_model('ssd-512-vgg16', num_classes=80)
+    net = sg.models.get_model('ssd-96-resnet18', num_classes=3, width=0.25)  # small
+
+``ssd-96-resnet18`` is not MXNet's: SSD-300's anchors on ResNet-18 v2 for
+small images, which examples/train_ssd.py trains from scratch (the
+BatchNorm of its base helps there: a width-1/8 VGG16-reduced SSD at 96x96
+stayed at chance in its one run, SGD at lr 0.02).
 
 Three parts, named as MXNet's files name them so that checkpoints match:
 
@@ -97,7 +103,19 @@ CONFIGS = {
         "resnet50", 300, ("_plus12", "_plus15", "", "", "", ""),
         (-1, -1, 512, 256, 256, 128), (-1, -1, 2, 2, 2, 2), (-1, -1, 1, 1, 1, 1),
         _SIZES_6, _RATIOS_6, (-1,) * 6),
+    # not MXNet's: a small SSD that trains from scratch (BatchNorm in the base)
+    # on small images such as the synthetic set's 96x96: SSD-300's six anchor
+    # sizes and ratios on ResNet-18 v2's last sums of stages 1 to 4 and two
+    # extras; maps 24, 12, 6, 3, 2, 1 at 96, as dense for these sizes as
+    # SSD-300's (fewer maps left most objects without an anchor of IoU 0.5)
+    "ssd-96-resnet18": SSDConfig(
+        "resnet18", 96, ("_plus1", "_plus3", "_plus5", "_plus7", "", ""),
+        (-1, -1, -1, -1, 256, 256), (-1, -1, -1, -1, 2, 2), (-1, -1, -1, -1, 1, 1),
+        _SIZES_6, _RATIOS_6, (-1,) * 6),
 }
+
+
+MXNET_NETS = ("ssd-300-vgg16", "ssd-512-vgg16", "ssd-300-resnet50")
 
 
 def num_anchors_per_position(sizes, ratios) -> int:
@@ -136,13 +154,13 @@ def vgg16_reduced(width: float = 1.0) -> dict:
     return out
 
 
-def resnet50(width: float = 1.0) -> dict:
-    """ResNet-50 v2's residual sums by MXNet's names (_plus0 ... _plus15).
+def resnet_sums(depth: int, width: float = 1.0) -> dict:
+    """ResNet-``depth`` v2's residual sums by MXNet's names (_plus0 ...).
 
-    Built as the zoo's resnet-50 at 224 (MXNet's SSD passes 3,224,224 for
-    the structure); the unused classifier head is left out of the SSD
-    graph because nothing reads it."""
-    units, filters, bottle = _resnet.stage_config(50, (3, 224, 224))
+    Built as the zoo's resnet-``depth`` at 224 (MXNet's SSD passes
+    3,224,224 for the structure); the unused classifier head is left out
+    of the SSD graph because nothing reads it."""
+    units, filters, bottle = _resnet.stage_config(depth, (3, 224, 224))
     filters = [_scaled(f, width) for f in filters]
     body = _resnet.resnet(units, filters, 1000, (3, 224, 224), bottle, 2)
     internals = body.get_internals()
@@ -150,13 +168,23 @@ def resnet50(width: float = 1.0) -> dict:
     # the residual sums, in build order: one per unit
     sums = [n for n in names if n.startswith("elemwise_add") and n.endswith("_output")]
     if len(sums) != sum(units):
-        raise SymgraphError(f"SSD resnet50: expected {sum(units)} residual sums, "
+        raise SymgraphError(f"SSD resnet{depth}: expected {sum(units)} residual sums, "
                             f"found {len(sums)}")
     # MXNet names the k-th sum _plus{k}: its SSD heads are named after it
     return {f"_plus{k}": internals[n] for k, n in enumerate(sums)}
 
 
-_BASES = {"vgg16_reduced": vgg16_reduced, "resnet50": resnet50}
+def resnet50(width: float = 1.0) -> dict:
+    """ResNet-50 v2's residual sums (_plus0 ... _plus15), MXNet's SSD base."""
+    return resnet_sums(50, width)
+
+
+def resnet18(width: float = 1.0) -> dict:
+    """ResNet-18 v2's residual sums (_plus0 ... _plus7)."""
+    return resnet_sums(18, width)
+
+
+_BASES = {"vgg16_reduced": vgg16_reduced, "resnet50": resnet50, "resnet18": resnet18}
 
 
 def feature_layers(cfg: SSDConfig, width: float = 1.0) -> list:

@@ -331,3 +331,26 @@ def test_cli_md_states_the_launch_bound():
     row = next(ln for ln in text.splitlines() if ln.startswith("| `-n N` |"))
     assert f"1 to {launch.MAX_PROCESSES}" in row
     assert "needs a source checkout" not in text and "run from a source" not in text
+
+
+def test_viz_says_graphviz_is_drawing_while_it_waits(tmp_path, monkeypatch):
+    # a picture of thousands of nodes takes Graphviz tens of seconds: on a
+    # terminal the wait has a line (erased after), a pipe sees nothing
+    import io
+    import sys
+
+    import symgraph as sg
+    from symgraph.viz import plot, render
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    x = sg.sym.Variable("data")
+    for i in range(3):
+        x = sg.sym.relu(sg.sym.FullyConnected(x, num_hidden=4, name=f"fc{i}"), name=f"r{i}")
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    render(plot(x), tmp_path / "net.svg")
+    assert (tmp_path / "net.svg").stat().st_size > 0
+    shown = term.getvalue()
+    assert "Graphviz is drawing" in shown and shown.endswith("\r")

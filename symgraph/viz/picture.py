@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from ..errors import SymgraphError
-from ..util import atomic_write_bytes, atomic_write_text
+from ..util import atomic_write_bytes, atomic_write_text, busy
 
 FORMATS = ("svg", "png", "pdf", "dot")
 
@@ -48,7 +48,9 @@ def render(dot, path) -> str:
         atomic_write_text(path, dot.source)
         return os.fspath(path)
     try:
-        data = dot.pipe(format=fmt, quiet=True)
+        # a graph of thousands of nodes takes Graphviz tens of seconds: say so
+        with busy(f"Graphviz is drawing {os.fspath(path)}"):
+            data = dot.pipe(format=fmt, quiet=True)
     except graphviz.ExecutableNotFound:
         raise VizError(f"cannot write {os.fspath(path)!r}: {INSTALL_GRAPHVIZ}") from None
     except graphviz.CalledProcessError as err:

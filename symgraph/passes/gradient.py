@@ -228,8 +228,8 @@ class TrainingSplit:
                 if id(e.node) in fwd_ids and e.node.op is not None:
                     saved.setdefault(entry_key(e), e)
         self.saved = list(saved.items())
-        self.forward = Graph(list(graph.outputs) + list(saved.values()))
-        self.backward = Graph(self.full.outputs[self.num_outputs:])
+        self.forward = graph.rewrite(outputs=list(graph.outputs) + list(saved.values()))
+        self.backward = self.full.rewrite(outputs=self.full.outputs[self.num_outputs:])
         fed = {n.name for n in self.backward.variables}
         self.heads = [(name, i) for name, i in heads if name in fed]
 

@@ -155,7 +155,6 @@ def resnext(classes=100, units=(2, 2, 2, 2), width=128, cardinality=32):
     x = _relu(_bn(_conv(sym.Variable("data"), 64, 7, 2, 3, name="conv0"), "bn0"), "relu0")
     x = sym.Pooling(data=x, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="max",
                     name="pool0")
-    c_in = 64
     for si, n in enumerate(units):
         inner, out = width * 2 ** si, 2 * width * 2 ** si
         for j in range(n):
@@ -168,7 +167,6 @@ def resnext(classes=100, units=(2, 2, 2, 2), width=128, cardinality=32):
             sc = x if j > 0 else _bn(_conv(x, out, 1, stride, name=f"{name}_sc"),
                                      f"{name}_sc_bn")
             x = _relu(h + sc, f"{name}_relu")
-            c_in = out
     return _classifier(x, classes)
 
 

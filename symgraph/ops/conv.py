@@ -259,10 +259,77 @@ _conv = register(OpDef(
     ]))
 
 
+# -- a depthwise convolution's weight gradient as per-tap sums, on the CPU ------------
+def _taps_pay(p, x, dy) -> bool:
+    """Whether a convolution's weight gradient is cheaper as per-tap sums:
+    a depthwise one (a group per channel, one filter each) whose channels C
+    outnumber its output positions N*prod(out spatial). XLA:CPU computes a
+    grouped weight gradient as a dense one of masked (C, C, *kernel) products
+    (C times the FLOPs, C^2*k elements); the taps hold k products of
+    N*C*prod(out) elements at most, fewer exactly when C > N*prod(out)."""
+    cl = is_channels_last(p)
+    c = x.shape[-1] if cl else x.shape[1]
+    positions = dy.size // dy.shape[-1 if cl else 1]
+    return p.num_group == c == p.num_filter and c > 1 and c > positions
+
+
+def _taps_weight_grad(p, x, dy):
+    """dw[c, 0, *t] = sum over batch and output positions o of
+    x_pad[n, c, o*stride + t*dilate] * dy[n, c, o], one sum per tap t, in
+    the weight's layout."""
+    import itertools
+    n, stride, pad, dilate = _conv_geometry(p)
+    cl = is_channels_last(p)
+    space = tuple(range(1, 1 + n)) if cl else tuple(range(2, 2 + n))
+    widths = [(0, 0)] * x.ndim
+    for i, a in enumerate(space):
+        widths[a] = (pad[i], pad[i])
+    xp = jnp.pad(x, widths)
+    out = [dy.shape[a] for a in space]
+    sums = []
+    for tap in itertools.product(*(range(k) for k in p.kernel)):
+        start, limit, step = [0] * x.ndim, list(xp.shape), [1] * x.ndim
+        for i, a in enumerate(space):
+            start[a] = tap[i] * dilate[i]
+            limit[a] = start[a] + (out[i] - 1) * stride[i] + 1
+            step[a] = stride[i]
+        window = lax.slice(xp, start, limit, step)
+        sums.append(jnp.sum(window * dy, axis=(0, *space)))   # (C,)
+    taps = jnp.stack(sums, -1).reshape(-1, *p.kernel)       # (C, *kernel)
+    return taps[..., None] if _weight_channels_last(p) else taps[:, None]
+
+
+def _depthwise_taps(p):
+    """``_conv_nobias`` whose weight gradient is the per-tap sums on the CPU
+    (``lax.platform_dependent``: a GPU compile keeps its own, cuDNN has
+    depthwise kernels); the data gradient is the convolution's own."""
+    import jax
+
+    @jax.custom_vjp
+    def conv(x, w):
+        return _conv_nobias(p, x, w)
+
+    def fwd(x, w):
+        return conv(x, w), (x, w)
+
+    def bwd(res, dy):
+        x, w = res
+        dx = jax.vjp(lambda x: _conv_nobias(p, x, w), x)[1](dy)[0]
+        dw = lax.platform_dependent(
+            x, dy, cpu=lambda x, dy: _taps_weight_grad(p, x, dy).astype(w.dtype),
+            default=lambda x, dy: jax.vjp(lambda w: _conv_nobias(p, x, w), w)[1](dy)[0])
+        return dx, dw
+
+    conv.defvjp(fwd, bwd)
+    return conv
+
+
 # dx = conv^T(dy, w); dw = corr(x, dy); db = sum(dy over batch and space) -- reads x and w
 def _conv_backward(p, ctx, og, ins, outs):
     x, w = ins
-    dx, dw = ctx.linear_grads(lambda x, w: _conv_nobias(p, x, w), x, w, og[0])
+    f = (_depthwise_taps(p) if _taps_pay(p, x, og[0])
+         else lambda x, w: _conv_nobias(p, x, w))
+    dx, dw = ctx.linear_grads(f, x, w, og[0])
     db = None if p.no_bias else og[0].sum(axis=_spatial_axes(og[0].ndim, p))
     return [dx, dw, db]
 

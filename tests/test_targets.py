@@ -152,6 +152,22 @@ def test_cast_bytes_count_the_low_precision_weight_copies(mlp_plan):
     assert xla.cast_bytes(p, "bfloat16") == 2 * (conv + bn + fc)
 
 
+def test_the_report_names_the_weight_copies_a_low_precision_step_holds():
+    # the figures of a bfloat16 step carry the casts; the report compares
+    # temp with the arena alone and with the arena and the casts
+    from symgraph.memory.report import report_text
+    p = sg.xla.plan_on(mlp(), {"data": (B, IN)}, train=True, target="cpu",
+                       compute_dtype="bfloat16")
+    casts = xla.cast_bytes(p, "bfloat16")
+    assert p.xla["casts"] == casts > 0
+    text = report_text(p)
+    arena, temp = p.internal["arena"], p.xla["temp"]
+    assert f"{temp / (arena + casts):.2f}x the arena and the" in text
+    assert "bfloat16 copies of the weights" in text
+    f32 = sg.xla.plan_on(mlp(), {"data": (B, IN)}, train=True, target="cpu")
+    assert "casts" not in f32.xla and "copies of the weights" not in report_text(f32)
+
+
 def test_mlp_gpu_temp_beside_plain_jax(mlp_plan):
     """symgraph's step against the same MLP written with jax.numpy and
     jax.grad, both compiled deviceless for the H100 (SGD with momentum,

@@ -221,8 +221,13 @@ def report_text(plan) -> str:
     else:
         x = plan.xla
         prog = x["program"]
-        ratio = (f" (temp {x['temp'] / plan.internal['arena']:.2f}x the arena)"
-                 if x["temp"] and plan.internal["arena"] else "")
+        arena = plan.internal["arena"]
+        ratio = f" (temp {x['temp'] / arena:.2f}x the arena" if x["temp"] and arena else ""
+        if ratio and x.get("casts"):
+            ratio += (f"; {x['temp'] / (arena + x['casts']):.2f}x the arena and the "
+                      f"{_mib(x['casts'])} MiB of {prog.get('compute_dtype')} copies of the "
+                      f"weights, which temp holds")
+        ratio += ")" if ratio else ""
         what = ", ".join([prog["program"], f"{prog['devices']} device ({prog['backend']})"] +
                          ([prog["optimizer"]] if prog.get("optimizer") else []) +
                          ["measures " + ("+".join(prog["measures"]) or "none")])

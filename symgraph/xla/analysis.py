@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import targets
-from .steps import Step, XlaError, plan_step
+from .steps import Step, XlaError, cast_bytes, plan_step
 
 
 # --------------------------------------------------------------------------
@@ -67,6 +67,9 @@ def plan_memory(plan, measures="auto", target=None, compute_dtype="float32") -> 
         return None
     out = {**{k: m[k] for k in ("temp", "argument", "output", "alias")},
            "program": step.info}
+    casts = cast_bytes(plan, compute_dtype)
+    if casts:  # temp holds them; the arena of the net planned in compute_dtype does not
+        out["casts"] = casts
     return with_fit(out, step.target, plan.graph)
 
 

@@ -223,10 +223,13 @@ def report_text(plan) -> str:
         prog = x["program"]
         arena = plan.internal["arena"]
         ratio = f" (temp {x['temp'] / arena:.2f}x the arena" if x["temp"] and arena else ""
-        if ratio and x.get("casts"):
-            ratio += (f"; {x['temp'] / (arena + x['casts']):.2f}x the arena and the "
-                      f"{_mib(x['casts'])} MiB of {prog.get('compute_dtype')} copies of the "
-                      f"weights, which temp holds")
+        low = prog.get("compute_dtype") not in (None, "float32", "float64")
+        if ratio and low:  # the plan is of the net as the Module keeps it
+            ratio += f"; the arena is of the float32 net, the program computes in " \
+                     f"{prog['compute_dtype']}"
+        if x.get("casts"):
+            ratio += (f"; temp holds {_mib(x['casts'])} MiB of {prog['compute_dtype']} copies "
+                      f"of the weights")
         ratio += ")" if ratio else ""
         what = ", ".join([prog["program"], f"{prog['devices']} device ({prog['backend']})"] +
                          ([prog["optimizer"]] if prog.get("optimizer") else []) +

@@ -27,6 +27,7 @@ def test_quick_benchmark_writes_json_markdown_and_chart(tmp_path):
     assert "64" in result["skipped"]
     md = (out / "results.md").read_text()
     assert "| vgg | 2 | 8 |" in md and "ratio" in md
+    assert "SMOKE RUN (--quick)" in md  # a quick run's ratios say nothing of real sizes
     assert (out / "throughput.png").read_bytes()[:4] == b"\x89PNG"
     assert not [f for f in os.listdir(out) if f.startswith(".")]  # no temp files left
 

@@ -26,6 +26,16 @@ class BenchError(SymgraphError):
     """A benchmark that cannot run here."""
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux's /proc/cpuinfo), None where unknown."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                        None)
+    except OSError:
+        return None
+
+
 def smoke_note(what: str) -> str:
     """The line a ``--quick`` run prints, and puts in its table and chart:
     it checks that the benchmark runs, at sizes where ``what`` (its

@@ -267,13 +267,8 @@ def environment() -> dict:
     import numpy
 
     from .. import __version__
-    cpu = None
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
-                       None)
-    except OSError:
-        pass
+    from .common import cpu_model
+    cpu = cpu_model()
     mem = None
     try:
         with open("/proc/meminfo") as f:

@@ -77,10 +77,11 @@ import symgraph as sg
 
 from ..cli import UsageError
 from ..util import atomic_open, atomic_write_text
-from .common import BenchError, default_out
+from .common import BenchError, cpu_model, default_out, smoke_note
 from .train_nets import CLASSES, LR, MOMENTUM, NETS, plain_step_fn
 
 SIMULATED_DEVICES = 8  # CPU devices asked for, enough for the default grid
+SMOKE_WHAT = "the samples/s and ratios (batch 8 of 8x8 images: per-step overhead)"
 
 # --------------------------------------------------------------------------
 # one measurement
@@ -228,15 +229,8 @@ def parse_args(argv):
 def machine() -> dict:
     info = {"platform": platform.platform(), "python": platform.python_version(),
             "cpu_count": os.cpu_count(), "machine": platform.machine()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return info
+    cpu = cpu_model()
+    return {**info, "cpu": cpu} if cpu else info
 
 
 def markdown(result: dict) -> str:
@@ -254,6 +248,8 @@ def markdown(result: dict) -> str:
              "*ratio* = symgraph / plain JAX. *diff*: relative difference of the two sides' "
              "first updates, ||d_sg - d_plain|| / ||d_plain|| over all parameters (same "
              "starting weights).", ""]
+    if result["config"].get("quick"):
+        lines += [f"**{smoke_note(SMOKE_WHAT)}**", ""]
     if result.get("skipped"):
         lines += [f"Skipped: {result['skipped']}", ""]
     lines += ["| net | devices | batch | symgraph samples/s | plain JAX samples/s | ratio | "
@@ -299,6 +295,8 @@ def chart(result: dict, path: str) -> bool:
         ax.set_ylabel("samples/s")
         ax.set_xscale("log", base=2)
         ax.legend(fontsize=7)
+    if result["config"].get("quick"):
+        fig.suptitle("SMOKE RUN (--quick): these figures mean nothing", color="red")
     fig.tight_layout()
     with atomic_open(path, "wb") as f:
         fig.savefig(f, format="png", dpi=110)
@@ -558,6 +556,8 @@ def main(argv=None) -> int:
                       f"{r['one_device_samples_per_s']:9.0f}/s  ratio {r['ratio']:.2f}  "
                       f"param diff {r['max_rel_param_diff']:.1e}  peak "
                       f"{r['peak_vs_one_device']:.3f}x", flush=True)
+    if args.quick:
+        print(smoke_note(SMOKE_WHAT), flush=True)
     for net, dev, batch in runnable:
         row = measure(net, batch, available[:dev], args.image, args.steps, args.rounds)
         rows.append(row)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from .errors import BindError, SymgraphError
 from .graph import Entry, Graph, Node, entry_key  # noqa: F401 (entry_key: re-exported)
+from .ops.backward import never
 from .passes.recompute import RECOMPUTE_ATTR
 
 
@@ -328,13 +329,10 @@ def barrier_to_first(inputs: list, variable: list) -> list:
 
 
 def _anchor_flag(g):
-    """A boolean scalar read from float tensor ``g``'s first element that
-    is always False (None if ``g`` is empty or not float): ``g[0] * 0 > 0``
-    (0, -0 or NaN, never above 0), which XLA cannot fold, since ``g[0] * 0``
-    is NaN for an infinite or NaN g[0]."""
+    """``ops.backward.never(g)``, or None if ``g`` is empty or not float."""
     if g.size == 0 or not jnp.issubdtype(g.dtype, jnp.floating):
         return None
-    return jnp.ravel(g)[0] * 0 > 0
+    return never(g)
 
 
 def _tie(x, s):

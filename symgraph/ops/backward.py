@@ -20,6 +20,15 @@ import jax.numpy as jnp
 from .registry import Attr, OpDef, register, shape_attr
 
 
+def never(g):
+    """A boolean scalar read from float tensor ``g``'s first element that is
+    always False (``g[0] * 0`` is 0, -0 or NaN, never above 0) and that XLA
+    cannot fold: a value selected on it is made when ``g`` exists, not
+    earlier, and passes bit for bit whatever ``g`` holds. The backward ties
+    of ``lower.tie_to_first`` and the RNN backward use it."""
+    return jnp.ravel(g)[0] * 0 > 0
+
+
 def _as_tuple(out):
     if isinstance(out, (tuple, list)):
         return tuple(out)

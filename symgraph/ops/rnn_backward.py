@@ -15,18 +15,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .backward import register_backward
+from .backward import never, register_backward
 from .rnn import (_arguments, _cell, _dirs, _flops, _has_mask, _piece, _reserve_index,
                   _reserve_slabs, _rnn, _split_inputs, _valid_steps, _visible, layout)
-
-
-def _never(g):
-    """A boolean scalar read from ``g``'s first element that is always False
-    (``g[0] * 0`` is 0, -0 or NaN, never above 0) and that XLA cannot fold:
-    values selected on it are made when ``g`` exists, not in the forward,
-    and pass bit for bit whatever ``g`` holds (an added ``g[0] * 0`` would
-    spread an inf or NaN of g[0] to the whole weight gradient)."""
-    return jnp.ravel(g)[0] * 0 > 0
 
 
 def _direction_backward(p, x_at, h0, c0, weights, where, ys, cs, dys, dh, dc, dw, valid,
@@ -77,7 +68,7 @@ def _direction_backward(p, x_at, h0, c0, weights, where, ys, cs, dys, dh, dc, dw
 
     # the sums start at zeros tied to the output gradient, or XLA makes them
     # in the forward and keeps them until here (see _rnn_backward)
-    late = _never(dys)
+    late = never(dys)
     zeros = tuple(jnp.where(late, jnp.ones_like(v), jnp.zeros_like(v)) for v in weights)
     (dh0, dc0, sums), dxs = jax.lax.scan(body, (dh, dc, zeros),
                                          jnp.arange(steps, dtype=jnp.int32),
@@ -121,16 +112,16 @@ def _rnn_backward(p, ctx, og, ins, outs):
     need = list(p.need) if p.need else [1] * len(_arguments(p))
     # the weight gradient each scan's sums are added into, tied like the
     # slices below so that XLA does not make it in the forward and keep it
-    dw = jnp.where(_never(dout), jnp.ones_like(w), jnp.zeros_like(w))
+    dw = jnp.where(never(dout), jnp.ones_like(w), jnp.zeros_like(w))
     dh0, dc0 = [None] * (layers * d), [None] * (layers * d)
     dy = dout  # the gradient of this layer's output (T, N, D*H)
     dx = None
     for layer in reversed(range(layers)):
         # this layer's weight slices are tied to its output gradient (a
-        # select on _never(dy), which XLA cannot fold; lower.tie_to_first's device):
+        # select on never(dy), which XLA cannot fold; lower.tie_to_first's device):
         # they are sliced when the layer's turn comes, not all at once, nor
         # merged with the forward's slices that XLA would keep alive until here
-        late = _never(dy)
+        late = never(dy)
         if layer == 0:
             def x_at(t):
                 return x[t]

@@ -7,6 +7,9 @@ names, attributes and defaults follow MXNet 1.x.
 """
 from __future__ import annotations
 
+import itertools
+
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -277,7 +280,6 @@ def _taps_weight_grad(p, x, dy):
     """dw[c, 0, *t] = sum over batch and output positions o of
     x_pad[n, c, o*stride + t*dilate] * dy[n, c, o], one sum per tap t, in
     the weight's layout."""
-    import itertools
     n, stride, pad, dilate = _conv_geometry(p)
     cl = is_channels_last(p)
     space = tuple(range(1, 1 + n)) if cl else tuple(range(2, 2 + n))
@@ -303,8 +305,6 @@ def _depthwise_taps(p):
     """``_conv_nobias`` whose weight gradient is the per-tap sums on the CPU
     (``lax.platform_dependent``: a GPU compile keeps its own, cuDNN has
     depthwise kernels); the data gradient is the convolution's own."""
-    import jax
-
     @jax.custom_vjp
     def conv(x, w):
         return _conv_nobias(p, x, w)

@@ -6,10 +6,10 @@
                                      [--batch 64] [--dtypes float32,bfloat16]
                                      [--max-batch resnet-50] [--out DIR]
 
-For each zoo net and compute dtype: the arena plan (``sg.plan``; in
-bfloat16 the plan of the net fed bfloat16 data, as a Module computing in
-bfloat16 stores its activations; the program is the float32 net's with
-``compute_dtype``, float32 parameters as a Module keeps them) and XLA's temp of the training step
+For each zoo net and compute dtype: the arena plan (``sg.plan(...,
+compute_dtype=)``: in bfloat16 the net as a Module computing in bfloat16
+runs it -- float32 parameters and data cast down inside, the casts planned,
+activations in bfloat16) and XLA's temp of the training step
 ``Module.fit`` compiles (SGD with momentum 0.9, donated) and of the
 inference program, both for ``--target`` with the measure rule of its
 backend (``xla.plan_memory(plan, target=...)``). Compile only: nothing
@@ -18,11 +18,6 @@ runs, no GPU is needed (the ``gpu-plan`` extra). ``--max-batch`` nets get
 ``--max-batch-targets`` (default: h100 and l4), with the budget defaulting
 to the device's memory as JAX's allocator takes it, less the workspace
 allowance.
-
-In a low precision the program also holds the copies of the float32
-parameters it casts down (``xla.cast_bytes``), which the arena of the net
-planned in that precision does not: "temp / (arena + casts)" compares with
-both.
 
 Writes results.json and results.md to ``--out`` (default
 ``bench-results/gpu_targets``; pass ``benchmarks/results/gpu_targets`` to
@@ -46,25 +41,16 @@ def row(name: str, batch: int, dtype: str, target: str) -> dict:
     from symgraph.models import data_shapes, get_model
     net = get_model(name)
     shapes = data_shapes(name, batch)
-    dtypes = None if dtype == "float32" else {"data": dtype}
     out = {"net": name, "batch": batch, "dtype": dtype, "target": target}
     for mode in ("train", "infer"):
-        # the program: the float32 net computing in ``dtype`` (float32
-        # parameters, as a Module keeps them); the arena: the net in ``dtype``
-        p = plan(net, shapes, train=mode == "train", name=name)
-        arena = p if dtypes is None else plan(net, shapes, train=mode == "train",
-                                              dtypes=dtypes, name=name)
+        p = plan(net, shapes, train=mode == "train", name=name, compute_dtype=dtype)
         t0 = time.perf_counter()
-        m = xla.plan_memory(p, target=target, compute_dtype=dtype)
-        # the low-precision copies of the float32 parameters: temp in the
-        # Module's program, no part of the arena of the net planned in dtype
-        casts = xla.cast_bytes(p, dtype)
-        out[mode] = {"arena": arena.internal["arena"], "temp": m["temp"],
-                     "ratio": m["temp"] / arena.internal["arena"], "casts": casts,
-                     "ratio_with_casts": m["temp"] / (arena.internal["arena"] + casts),
+        m = xla.plan_memory(p, target=target)
+        out[mode] = {"arena": p.internal["arena"], "temp": m["temp"],
+                     "ratio": m["temp"] / p.internal["arena"],
                      "footprint": xla.footprint(m), "measures": m["program"]["measures"],
                      "compile_s": time.perf_counter() - t0}
-        print(f"{name} {dtype} {mode}: arena {arena.internal['arena'] / MIB:,.0f} MiB, temp "
+        print(f"{name} {dtype} {mode}: arena {p.internal['arena'] / MIB:,.0f} MiB, temp "
               f"{m['temp'] / MIB:,.0f} MiB ({out[mode]['ratio']:.2f}x)", flush=True)
     return out
 
@@ -83,14 +69,12 @@ def markdown(res: dict) -> str:
     lines = [f"# The Module's programs on a GPU target, compiled deviceless ({res['target']})",
              "", f"Command: `{res['command']}`", "",
              "| net | dtype | train arena MiB | train GPU temp MiB | train temp / arena | "
-             "train temp / (arena + casts) | infer arena MiB | infer GPU temp MiB | "
-             "infer temp / arena |",
-             "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+             "infer arena MiB | infer GPU temp MiB | infer temp / arena |",
+             "|---|---|--:|--:|--:|--:|--:|--:|"]
     for r in res["rows"]:
         t, i = r["train"], r["infer"]
         lines.append(f"| {r['net']} | {r['dtype']} | {t['arena'] / MIB:,.0f} | "
-                     f"{t['temp'] / MIB:,.0f} | {t['ratio']:.2f} | "
-                     f"{t.get('ratio_with_casts', t['ratio']):.2f} | {i['arena'] / MIB:,.0f} | "
+                     f"{t['temp'] / MIB:,.0f} | {t['ratio']:.2f} | {i['arena'] / MIB:,.0f} | "
                      f"{i['temp'] / MIB:,.0f} | {i['ratio']:.2f} |")
     if res["max_batch"]:
         lines += ["", "Max batch of training (SGD momentum), float32, the budget the "

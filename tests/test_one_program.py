@@ -166,7 +166,8 @@ def test_shortcuts_are_found_by_structure_not_by_op_names():
 
 @pytest.mark.parametrize("dtype,size", [("bfloat16", 2), ("float16", 2), ("float32", 4)])
 def test_plan_memory_in_the_compute_dtype(dtype, size):
-    """Module.plan_memory() plans the activations in the compute dtype."""
+    """Module.plan_memory() plans the activations in the compute dtype, and
+    in a low one the copies of the float inputs it casts down."""
     net = sg.sym.SoftmaxOutput(_convnet(), name="softmax")
     mod = sg.mod.Module(net, compute_dtype=dtype)
     mod.bind([DataDesc("data", (4, 3, 8, 8))], [DataDesc("softmax_label", (4,))])
@@ -179,4 +180,7 @@ def test_plan_memory_in_the_compute_dtype(dtype, size):
     ref = sg.mod.Module(net)
     ref.bind([DataDesc("data", (4, 3, 8, 8))], [DataDesc("softmax_label", (4,))])
     full = ref.plan_memory().internal["arena"]
-    assert p.internal["arena"] * 4 <= full * size + 64 and p.internal["arena"] < full * 2
+    # data 4x3x8x8; conv 4x3x3x3 + 4, bn gamma, beta and two aux of 4, fc 3x64 + 3
+    copies = 0 if size == 4 else size * (4 * 3 * 8 * 8 + 4 * 27 + 4 + 4 * 4 + 3 * 64 + 3)
+    assert p.internal["arena"] * 4 <= full * size + 4 * copies + 64
+    assert p.internal["arena"] <= full

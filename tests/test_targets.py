@@ -134,39 +134,6 @@ def test_mlp_gpu_temp_against_a_count_by_hand(mlp_plan):
     assert cpu["program"]["target"]["backend"] == "cpu" and "fit" not in cpu
 
 
-def test_cast_bytes_count_the_low_precision_weight_copies(mlp_plan):
-    """A Module computing in bfloat16 casts every float32 parameter down
-    inside its program: 2 bytes per weight and bias element, counted by
-    hand; nothing in float32. BatchNorm's aux states are cast too."""
-    weights = IN * H + H + H * H + H + H * OUT + OUT
-    assert xla.cast_bytes(mlp_plan, "bfloat16") == 2 * weights
-    assert xla.cast_bytes(mlp_plan, "float16") == 2 * weights
-    assert xla.cast_bytes(mlp_plan, "float32") == 0
-    with pytest.raises(xla.XlaError, match="compute_dtype='int8'"):
-        xla.cast_bytes(mlp_plan, "int8")
-    x = sg.sym.Convolution(sg.sym.Variable("data"), kernel=(3, 3), num_filter=8, name="c")
-    net = sg.sym.SoftmaxOutput(sg.sym.FullyConnected(
-        sg.sym.BatchNorm(x, name="bn"), num_hidden=4, name="fc"), name="softmax")
-    p = sg.plan(net, {"data": (2, 3, 6, 6)}, train=False)
-    conv, bn, fc = 8 * 3 * 9 + 8, 4 * 8, 8 * 4 * 4 * 4 + 4
-    assert xla.cast_bytes(p, "bfloat16") == 2 * (conv + bn + fc)
-
-
-def test_the_report_names_the_weight_copies_a_low_precision_step_holds():
-    # the figures of a bfloat16 step carry the casts; the report compares
-    # temp with the arena alone and with the arena and the casts
-    from symgraph.memory.report import report_text
-    p = sg.xla.plan_on(mlp(), {"data": (B, IN)}, train=True, target="cpu",
-                       compute_dtype="bfloat16")
-    casts = xla.cast_bytes(p, "bfloat16")
-    assert p.xla["casts"] == casts > 0
-    text = report_text(p)
-    assert f"temp holds {casts / 2 ** 20:,.1f} MiB of bfloat16 copies of the weights" in text
-    assert "the arena is of the float32 net, the program computes in bfloat16" in text
-    f32 = sg.xla.plan_on(mlp(), {"data": (B, IN)}, train=True, target="cpu")
-    assert "casts" not in f32.xla and "copies of the weights" not in report_text(f32)
-
-
 def test_mlp_gpu_temp_beside_plain_jax(mlp_plan):
     """symgraph's step against the same MLP written with jax.numpy and
     jax.grad, both compiled deviceless for the H100 (SGD with momentum,

@@ -41,8 +41,9 @@ FLOPs of the instructions it recomputed (counted from the optimized HLO
 text, as a share of the program without them); the ``jax.checkpoint`` rows
 are compiled for the target too, with their FLOPs counted the same way.
 ``--compute-dtype bfloat16``: the Module's mixed precision (float32
-weights, bfloat16 compute), planned as a Module plans it (weights and aux
-states in the compute dtype); the hand-written net runs wholly in it.
+weights, bfloat16 compute), planned as a Module plans it (``sg.plan(...,
+compute_dtype=)``: the weights' bfloat16 copies planned); the hand-written
+net runs wholly in it.
 
 Writes ``results.json``, ``results.md`` and ``frontier.png`` atomically
 under ``--out``, by default ``./bench-results/recompute`` under the current
@@ -222,19 +223,8 @@ def symgraph_step(net, shapes, names, segments="auto", target=None, compute_dtyp
     them)."""
     from .. import xla
     from ..memory import plan
-    p = plan(net, shapes, train=True, verify=False)
-    return xla.training_step(p, recompute=list(names), segments=segments, target=target,
-                             compute_dtype=compute_dtype)
-
-
-def plan_dtypes(net, shapes, compute_dtype) -> dict | None:
-    """The dtypes a Module plans its step in (``Module.plan_memory``): with
-    a low compute dtype, the weights and aux states in it (the program
-    casts them down inside), the inputs as given."""
-    if compute_dtype in (None, "float32"):
-        return None
-    return {n: compute_dtype for n in (*net.list_arguments(), *net.list_auxiliary_states())
-            if n not in shapes and not n.endswith("label")}
+    p = plan(net, shapes, train=True, verify=False, compute_dtype=compute_dtype)
+    return xla.training_step(p, recompute=list(names), segments=segments, target=target)
 
 
 def race(runners: list, rounds: int, steps: int) -> list:
@@ -321,13 +311,13 @@ def _budget_points(net, shapes, args, row, programs: _Programs, base) -> None:
     import symgraph as sg
     from ..memory.budget import BudgetError, first_plan, fit_program
     internal0, rest = row["internal0"], row["rest"]
-    dtypes = plan_dtypes(net, shapes, getattr(args, "compute_dtype", "float32"))
+    dtype = getattr(args, "compute_dtype", "float32")
     for alg in args.algorithms:
         def plan_for(budget, alg=alg):
             if budget is None:
                 return base
             return sg.plan(net, shapes, train=True, budget=budget, recompute=alg,
-                           optimizer=OPTIMIZER, dtypes=dtypes)
+                           optimizer=OPTIMIZER, compute_dtype=dtype)
         for f in args.fractions:
             budget = int(rest + f * internal0)
             t = time.perf_counter()
@@ -397,8 +387,7 @@ def measure_net(name: str, args, bar=None) -> dict:
     shapes = _shapes(name, args.batch, args.image)
     target = getattr(args, "target", None)
     dtype = getattr(args, "compute_dtype", "float32")
-    base = sg.plan(net, shapes, train=True, optimizer=OPTIMIZER,
-                   dtypes=plan_dtypes(net, shapes, dtype))
+    base = sg.plan(net, shapes, train=True, optimizer=OPTIMIZER, compute_dtype=dtype)
     row = {"net": name, "optimizer": OPTIMIZER, "batch": args.batch, "compute_dtype": dtype,
            "shapes": {k: list(v) for k, v in shapes.items()},
            "internal0": base.internal["arena"], "rest": base.total - base.internal["arena"],

@@ -68,10 +68,12 @@ def add_arguments(parser) -> None:
                              "h100, a100, a100-40gb, l4, or a GpuTargetConfig text file "
                              "(needs pip install 'symgraph[gpu-plan]'); the report says "
                              "whether the program fits the device")
-    parser.add_argument("--compute-dtype", default="float32",
+    parser.add_argument("--compute-dtype", default=None,
                         choices=("float32", "bfloat16", "float16"),
-                        help="the Module's compute dtype for the program XLA's figures are "
-                             "for (default float32)")
+                        help="plan the net, and compile its program, as a Module with this "
+                             "compute_dtype runs it: float inputs kept as they are and "
+                             "cast down inside, the casts planned (default: the net's "
+                             "own dtypes)")
     parser.add_argument("--breakdown", action="store_true",
                         help="also show what XLA's temp holds at its busiest step: the "
                              "largest buffers, their kind and role, the node that made them")
@@ -177,7 +179,8 @@ def run(args) -> int:
     options = dict(strategy=args.strategy, outputs=args.head, fuse=not args.no_fuse,
                    schedule=args.schedule, match_range=args.match_range, execute=args.execute,
                    name=os.path.splitext(os.path.basename(args.net))[0],
-                   optimizer=args.optimizer, recompute=args.recompute, layout=args.layout)
+                   optimizer=args.optimizer, recompute=args.recompute, layout=args.layout,
+                   compute_dtype=args.compute_dtype)
     if not args.no_xla and budget is not None and measures == "auto":
         from .. import xla
         from ..util import busy
@@ -185,8 +188,7 @@ def run(args) -> int:
         # excess; where no plan fits, the step without recompute is compiled
         with busy(f"XLA is fitting the budgeted training step to {target.device}"):
             p, figures, holds = xla.fit_budget(
-                net, shapes, budget, target, compute_dtype=args.compute_dtype,
-                allow_over_budget=args.allow_over_budget, opt_in="--allow-over-budget",
+                net, shapes, budget, target, allow_over_budget=args.allow_over_budget, opt_in="--allow-over-budget",
                 **options)
         # the report compares with the budget asked; the plan's own budget is
         # lower where it was made again to the excess XLA's program held
@@ -201,14 +203,13 @@ def run(args) -> int:
         from ..util import busy
         what = "training step" if args.train else "inference program"
         with busy(f"XLA is compiling the Module's {what} for {target.device}"):
-            p = replace(p, xla=xla.plan_memory(p, measures, target, args.compute_dtype))
+            p = replace(p, xla=xla.plan_memory(p, measures, target))
     breakdown = None
     if args.breakdown:
         from .. import xla
         from ..util import busy
         with busy("XLA is compiling the program whose temp --breakdown reads"):
-            breakdown = xla.memory_breakdown(xla.plan_step(p, measures, target,
-                                                           args.compute_dtype), graph=p)
+            breakdown = xla.memory_breakdown(xla.plan_step(p, measures, target), graph=p)
     if args.json:
         doc = p.to_json()
         if breakdown is not None:

@@ -247,7 +247,8 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
          match_range: int = DEFAULT_MATCH_RANGE, parallel_safe: bool = True,
          verify: bool = True, execute: bool = False,
          name: str | None = None, group2ctx=None, budget=None, optimizer=None,
-         recompute=None, mirror: bool = False, layout: str | None = None) -> Plan:
+         recompute=None, mirror: bool = False, layout: str | None = None,
+         compute_dtype: str | None = None) -> Plan:
     """Plans the memory of ``net`` (a Symbol or Graph) for input ``shapes``.
 
     train: plan the training graph (forward + the gradients of ``wrt``,
@@ -288,6 +289,12 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
         ``passes.layout.to_channels_last`` makes -- activations
         channels-last between the convolutions, the transposes XLA runs
         for the ``channels_last`` memory measure planned as tensors.
+    compute_dtype: None (the net's dtypes), or 'bfloat16', 'float16', ...:
+        plan the net as a Module with that ``compute_dtype`` runs it -- its
+        float inputs (parameters, aux states, data; not labels) kept in
+        their dtypes and cast down inside (``passes.cast``): the casts'
+        outputs are planned tensors, the activations in ``compute_dtype``,
+        the gradients in the parameters' dtype.
     """
     _check_arguments(outputs, dtypes)
     options = PlanOptions.of(train, strategy, outputs=outputs, wrt=wrt,
@@ -296,7 +303,7 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
                              parallel_safe=parallel_safe, verify=verify, execute=execute,
                              name=name, group2ctx=group2ctx, budget=budget,
                              optimizer=optimizer, recompute=recompute, mirror=mirror,
-                             layout=layout)
+                             layout=layout, compute_dtype=compute_dtype)
     return plan_with_options(net, shapes, options, dtypes)
 
 
@@ -334,10 +341,14 @@ def plan_with_options(net, shapes: dict | None, options: PlanOptions,
     shapes = check_shapes(shapes)  # checked once, here: the report shows them
     t0 = time.perf_counter()
     origin: dict = {}  # backward node -> forward node: where group2ctx places it
-    outputs = options.outputs
+    outputs, given = options.outputs, shapes
+    if options.compute_dtype is not None:
+        net, given, dtypes = in_compute_dtype(net, shapes, dtypes, outputs,
+                                              options.compute_dtype, options.label_names)
+        outputs = None
     if options.layout == "NHWC":
-        net, outputs = channels_last(net, shapes, dtypes, outputs), None
-    g, inf, n_fwd, grads = build_graph(net, shapes, options.train, dtypes, outputs,
+        net, outputs = channels_last(net, given, dtypes, outputs), None
+    g, inf, n_fwd, grads = build_graph(net, given, options.train, dtypes, outputs,
                                        options.wrt, options.data_names, options.label_names,
                                        origin)
     timings = {"graph": time.perf_counter() - t0}
@@ -354,7 +365,8 @@ def plan_with_options(net, shapes: dict | None, options: PlanOptions,
                                              stages.pop("timings"))
     result = Plan(net=options.name or _net_name(g), train=options.train,
                   shapes=dict(shapes or {}),
-                  **stages, options={**stage_options, "layout": options.layout},
+                  **stages, options={**stage_options, "layout": options.layout,
+                                     "compute_dtype": options.compute_dtype},
                   buckets={**buckets, "optimizer": opt_bytes}, budget=options.budget,
                   recompute=rows, extra_flops=extra, flops_of=(g, inf),
                   algorithm=options.plan_algorithm,
@@ -420,6 +432,23 @@ def channels_last(net, shapes: dict, dtypes=None, outputs=None) -> Graph:
     if outputs is not None:
         g = prune(g, outputs)
     return to_channels_last(g, inferred=infer_shapes(g, dict(shapes or {}), dtypes))
+
+
+def in_compute_dtype(net, shapes: dict, dtypes=None, outputs=None, compute_dtype="bfloat16",
+                     label_names=None) -> tuple:
+    """(the forward graph of ``net``, pruned to ``outputs``, reading its float
+    inputs but the labels through casts to ``compute_dtype`` -- as a Module
+    computing in it runs --, the shapes and dtypes its inference needs:
+    every variable's, the shapes as given)."""
+    from ..passes.cast import compute_in, variable_types
+    g = as_graph(net)
+    if outputs is not None:
+        g = prune(g, outputs)
+    inf = infer_shapes(g, dict(shapes or {}), dtypes)
+    labels = [n for n in g.list_arguments()
+              if (n.endswith("label") if label_names is None else n in label_names)]
+    known, dtypes = variable_types(g, inf, compute_dtype)
+    return compute_in(g, compute_dtype, inf, labels), {**known, **(shapes or {})}, dtypes
 
 
 def _net_name(g: Graph) -> str:

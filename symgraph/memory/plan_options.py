@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import PlanError
+from ..passes.cast import COMPUTE_DTYPES
 from .planner import PLACED
 
 DEFAULT_MATCH_RANGE = 16
@@ -23,7 +24,8 @@ class PlanOptions:
     ``layout``), how (``strategy``, ``fuse``, ``schedule``, ``match_range``,
     ``parallel_safe``, ``verify``, ``execute``), what is recomputed
     (``budget`` in bytes, ``optimizer``, the recompute ``algorithm`` or the
-    ``explicit`` forward node names), ``name`` and ``group2ctx``."""
+    ``explicit`` forward node names), ``name``, ``group2ctx`` and the
+    ``compute_dtype`` (None: the net's own dtypes)."""
 
     train: bool = False
     strategy: str = "arena"
@@ -44,6 +46,7 @@ class PlanOptions:
     optimizer: str | None = None
     algorithm: str | None = None
     explicit: tuple | None = None
+    compute_dtype: str | None = None
 
     @classmethod
     def of(cls, train: bool = False, strategy: str = "arena", *, outputs=None, wrt=None,
@@ -51,7 +54,8 @@ class PlanOptions:
            match_range: int = DEFAULT_MATCH_RANGE, parallel_safe: bool = True,
            verify: bool = True, execute: bool = False, name: str | None = None,
            group2ctx=None, budget=None, optimizer=None, recompute=None,
-           mirror: bool = False, layout: str | None = None) -> "PlanOptions":
+           mirror: bool = False, layout: str | None = None,
+           compute_dtype: str | None = None) -> "PlanOptions":
         """The options from plan()'s keyword arguments; PlanError (BudgetError
         for a malformed budget) for one plan() does not take."""
         if layout not in LAYOUTS:
@@ -62,6 +66,9 @@ class PlanOptions:
                                 + ", ".join(PLACED))
             raise PlanError(f"unknown strategy {strategy!r}; choose one of "
                             f"{', '.join(PLACED)}")
+        if compute_dtype is not None and compute_dtype not in COMPUTE_DTYPES:
+            raise PlanError(f"compute_dtype={compute_dtype!r}; use one of "
+                            f"{', '.join(COMPUTE_DTYPES)}")
         from .budget import parse_budget
         algorithm, explicit = _recompute_choice(recompute, mirror, budget)
         budget_bytes = None if budget is None else parse_budget(budget)
@@ -77,7 +84,8 @@ class PlanOptions:
                    parallel_safe=parallel_safe, verify=verify, execute=execute, name=name,
                    group2ctx=group2ctx, budget=budget_bytes, optimizer=optimizer,
                    algorithm=algorithm,
-                   explicit=None if explicit is None else tuple(explicit))
+                   explicit=None if explicit is None else tuple(explicit),
+                   compute_dtype=compute_dtype)
 
     @property
     def recomputes(self) -> bool:

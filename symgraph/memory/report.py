@@ -47,7 +47,9 @@ int, "bytes": {the layout above}, "copies": {"in_bytes", "in_count",
 stem, ``sg.plan(..., name=)`` what it is told; null when none was: the
 graph's output node is no name for a net). A plan of the net
 rewritten channels-last (``layout='NHWC'``, ``--layout NHWC``) also has
-``"layout": "NHWC"``.
+``"layout": "NHWC"``; a plan in a compute dtype (``compute_dtype=``,
+``--compute-dtype``: float inputs cast down inside, as a Module computing
+in it runs) has ``"compute_dtype": "bfloat16"`` (or float16).
 ``shapes`` are the input shapes the plan was made for (as given; null for
 one given as unknown), ``xla``
 the ``memory_analysis()`` of the program a Module runs for the net (null
@@ -93,6 +95,7 @@ def report_json(plan) -> dict:
         "verified": True,
         **({} if plan.devices is None else {"devices": plan.devices.to_json()}),
         **({} if layout(plan) == "NCHW" else {"layout": layout(plan)}),
+        **({} if compute_dtype(plan) is None else {"compute_dtype": compute_dtype(plan)}),
     }
 
 
@@ -111,6 +114,12 @@ def net_name(plan) -> str | None:
 def layout(plan) -> str:
     """The layout the net was planned in: NCHW as given, or NHWC (channels-last)."""
     return (plan.options or {}).get("layout") or "NCHW"
+
+
+def compute_dtype(plan) -> str | None:
+    """The compute dtype the net was planned in (its float inputs cast down
+    inside), or None: the net's own dtypes."""
+    return (plan.options or {}).get("compute_dtype")
 
 
 def _share(part: int, whole: int) -> str:
@@ -153,8 +162,11 @@ def report_text(plan) -> str:
     n_ops = sum(1 for n in g.nodes if n.op is not None)
     fused = plan.fusion
     name = net_name(plan)
-    what = (f" ({mode}, layout NHWC: channels-last between the convolutions)"
-            if layout(plan) == "NHWC" else f" ({mode})")
+    how = [mode] + (["layout NHWC: channels-last between the convolutions"]
+                    if layout(plan) == "NHWC" else []) + \
+        ([f"computing in {compute_dtype(plan)}: the float inputs cast down inside"]
+         if compute_dtype(plan) else [])
+    what = f" ({', '.join(how)})"
     lines = [f"memory plan{': ' + name if name else ''}{what}"
              f"{'  ' + shapes if shapes else ''}",
              f"  {n_ops} ops, {fused.num_fused_nodes} fused into {len(fused.groups)} groups; "
@@ -223,13 +235,11 @@ def report_text(plan) -> str:
         prog = x["program"]
         arena = plan.internal["arena"]
         ratio = f" (temp {x['temp'] / arena:.2f}x the arena" if x["temp"] and arena else ""
-        low = prog.get("compute_dtype") not in (None, "float32", "float64")
-        if ratio and low:  # the plan is of the net as the Module keeps it
-            ratio += f"; the arena is of the float32 net, the program computes in " \
-                     f"{prog['compute_dtype']}"
-        if x.get("casts"):
-            ratio += (f"; temp holds {_mib(x['casts'])} MiB of {prog['compute_dtype']} copies "
-                      f"of the weights")
+        planned_in = compute_dtype(plan) or "float32"
+        runs_in = prog.get("compute_dtype") or "float32"
+        if ratio and runs_in != planned_in:  # a plan of another program than the one compiled
+            ratio += f"; the arena is of the net in {planned_in}, the program computes in " \
+                     f"{runs_in}"
         ratio += ")" if ratio else ""
         what = ", ".join([prog["program"], f"{prog['devices']} device ({prog['backend']})"] +
                          ([prog["optimizer"]] if prog.get("optimizer") else []) +

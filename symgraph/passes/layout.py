@@ -27,7 +27,7 @@ changed.
 """
 from __future__ import annotations
 
-from ..graph import Entry, Graph, Node
+from ..graph import Entry, Graph, Node, unique_name
 from ..ops import get_op
 from ..ops.nn import CHANNELS_LAST, is_channels_last
 from .infer import infer_shapes
@@ -69,12 +69,7 @@ def to_channels_last(graph: Graph, shapes: dict | None = None, inferred=None,
     forwards = _Forwards(graph)
 
     def fresh(base: str) -> str:
-        name, k = base, 1
-        while name in names:
-            k += 1
-            name = f"{base}{k}"
-        names.add(name)
-        return name
+        return unique_name(base, names)
 
     def get_last(e: Entry, value: Entry, r: int) -> Entry:
         """``e`` channels-last: as a channels-last node wrote it, or

@@ -12,7 +12,6 @@ again, planned to less, until XLA's footprint fits or the rounds run out.
 from __future__ import annotations
 
 import jax
-import numpy as np
 
 from . import TrainError
 from .step import TrainPrograms, batch_signature
@@ -34,15 +33,10 @@ class MemoryFit:
         shapes = {d.name: (d.shape[0] // n,) + tuple(d.shape[1:]) if self.for_training
                   else tuple(d.shape) for d in self._data_shapes + self._label_shapes}
         dtypes = {d.name: d.dtype for d in self._data_shapes + self._label_shapes if d.dtype}
-        low = self._programs.compute_dtype
-        if low is not None:  # the program casts float weights, aux and data down inside
-            for name, (_, dtype) in self._param_info.items():
-                if name not in self._label_names and np.issubdtype(np.dtype(dtype),
-                                                                   np.floating):
-                    dtypes[name] = low
         return plan(self.symbol, shapes, train=self.for_training and bool(self._trainable),
                     dtypes=dtypes, wrt=self._trainable or None,
-                    data_names=self._data_names, label_names=self._label_names, **kwargs)
+                    data_names=self._data_names, label_names=self._label_names,
+                    compute_dtype=self._programs.compute_dtype, **kwargs)
 
     def _plan_recompute(self) -> None:
         """With ``memory_budget`` or ``recompute``: plans the training step

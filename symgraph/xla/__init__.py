@@ -35,10 +35,6 @@ temp allocation's live bytes peak it classifies every live value by
 The symgraph node a value comes from is read from the HLO metadata: the
 lowering runs every node inside ``jax.named_scope(node.name)``.
 
-``cast_bytes(plan, 'bfloat16')``: the low-precision copies of the float32
-parameters a Module computing in that dtype holds inside its program, which
-the arena of the net planned in that dtype does not count.
-
 ``best_step`` compiles a list of measure sets and keeps the one with the
 least temp (benchmarks: how far the rule's choice is from the best).
 docs/memory.md ("Plan vs XLA") has the measured effect of each measure.
@@ -54,11 +50,12 @@ from .analysis import (analysis_dict, best_step, compile_step, fit_budget, fit_o
 from .hlo import (DUMP_OPTIONS, KINDS, MIB, ROLES, Breakdown, Buffer, memory_breakdown,
                   parse_breakdown)
 from .steps import (DEFAULT_OPTIMIZER, INFER_CANDIDATES, INFER_STEP_ARGS, MEASURES,
-                    TRAIN_CANDIDATES, TRAIN_STEP_ARGS, Step, XlaError, cast_bytes, inference_step,
-                    measures_label, plain_jax_step, plan_recompute, plan_step, training_step)
+                    TRAIN_CANDIDATES, TRAIN_STEP_ARGS, Step, XlaError, compute_dtype_of,
+                    inference_step, measures_label, plain_jax_step, plan_recompute, plan_step, training_step)
 
 __all__ = ["DEFAULT_OPTIMIZER", "DUMP_OPTIONS", "INFER_CANDIDATES", "INFER_STEP_ARGS", "KINDS",
            "MEASURES", "MIB", "ROLES", "TRAIN_CANDIDATES", "TRAIN_STEP_ARGS", "Breakdown",
-           "Buffer", "Step", "XlaError", "analysis_dict", "cast_bytes", "best_step", "compile_step", "fit_budget", "fit_on", "footprint", "has_convolution",
+           "Buffer", "Step", "XlaError", "analysis_dict", "best_step", "compile_step",
+           "compute_dtype_of", "fit_budget", "fit_on", "footprint", "has_convolution",
            "inference_step", "measures_label", "memory", "memory_breakdown", "parse_breakdown",
            "plain_jax_step", "plan_memory", "plan_on", "with_fit", "plan_recompute", "plan_step", "training_step"]

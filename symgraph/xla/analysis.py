@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import targets
-from .steps import Step, XlaError, cast_bytes, plan_step
+from .steps import Step, XlaError, plan_step
 
 
 # --------------------------------------------------------------------------
@@ -48,7 +48,7 @@ def compile_step(x, compiler_options: dict | None = None):
     return x.compile(dict(compiler_options or {}) or None)
 
 
-def plan_memory(plan, measures="auto", target=None, compute_dtype="float32") -> dict | None:
+def plan_memory(plan, measures="auto", target=None, compute_dtype=None) -> dict | None:
     """XLA's ``memory_analysis()`` of the program a Module runs for the
     plan's net (``plan_step``: training, the step ``fit`` runs on one
     device, SGD with momentum; inference, the program ``predict`` runs):
@@ -58,6 +58,7 @@ def plan_memory(plan, measures="auto", target=None, compute_dtype="float32") -> 
     not know is None. ``measures``: 'auto' (the rule a Module uses),
     'none', or names. ``target``: the device it is compiled for
     (``symgraph.targets.get``; ``program['target']`` names it).
+    ``compute_dtype``: the Module's; default the plan's.
     ``dataclasses.replace(plan, xla=plan_memory(plan))`` is the plan with the
     figures in its report
     and JSON."""
@@ -67,9 +68,6 @@ def plan_memory(plan, measures="auto", target=None, compute_dtype="float32") -> 
         return None
     out = {**{k: m[k] for k in ("temp", "argument", "output", "alias")},
            "program": step.info}
-    casts = cast_bytes(plan, compute_dtype)
-    if casts:  # temp holds them; the arena of the net planned in compute_dtype does not
-        out["casts"] = casts
     return with_fit(out, step.target, plan.graph)
 
 
@@ -123,7 +121,7 @@ def best_step(make, candidates) -> tuple:
 
 
 def fit_budget(net, shapes: dict, budget, target=None, optimizer=None, recompute="auto",
-               compute_dtype="float32", allow_over_budget=False,
+               compute_dtype=None, allow_over_budget=False,
                opt_in="allow_over_budget=True", **plan_kwargs):
     """``(plan, figures, fits)``: the training plan whose *program*, compiled
     for ``target``, fits ``budget`` -- what a Module under
@@ -133,7 +131,8 @@ def fit_budget(net, shapes: dict, budget, target=None, optimizer=None, recompute
     ``plan_memory``'s for the plan chosen. Where no program compiled holds
     the budget, BudgetError naming the smallest and how to allow it
     (``opt_in``), unless ``allow_over_budget``: then the smallest is
-    returned, ``fits`` False."""
+    returned, ``fits`` False. ``compute_dtype``: the Module's; the plans
+    are made in it."""
     from ..memory.budget import first_plan, fit_program, over_budget, parse_budget
     from ..memory.pipeline import plan
     t = targets.get(target)
@@ -143,12 +142,13 @@ def fit_budget(net, shapes: dict, budget, target=None, optimizer=None, recompute
 
     def plan_for(b):
         if b is None:
-            return plan(net, shapes, train=True, optimizer=optimizer, **plan_kwargs)
+            return plan(net, shapes, train=True, optimizer=optimizer,
+                        compute_dtype=compute_dtype, **plan_kwargs)
         return plan(net, shapes, train=True, budget=b, optimizer=optimizer,
-                    recompute=recompute, **plan_kwargs)
+                    recompute=recompute, compute_dtype=compute_dtype, **plan_kwargs)
 
     def footprint_of(p):
-        figures[id(p)] = plan_memory(p, target=t, compute_dtype=compute_dtype)
+        figures[id(p)] = plan_memory(p, target=t)
         return footprint(figures[id(p)])
 
     first = first_plan(budget, plan_for, keep_recompute=keep)
@@ -159,20 +159,20 @@ def fit_budget(net, shapes: dict, budget, target=None, optimizer=None, recompute
 
 
 def plan_on(net, shapes: dict | None = None, train: bool = False, *, target=None,
-            compute_dtype: str = "float32", **plan_kwargs):
+            compute_dtype: str | None = None, **plan_kwargs):
     """``sg.plan``: ``memory.plan(net, shapes, train, **plan_kwargs)`` and,
     with ``target``, XLA's figures for the program a Module runs for the net
     compiled for that device (``symgraph.targets.get``: 'cpu', 'gpu',
     'h100', 'a100', 'a100-40gb', 'l4' or a GpuTargetConfig file, compiled
     deviceless) in ``plan.xla``: the report and JSON name the target and
     say whether the program fits the device. ``compute_dtype``: the
-    Module's (float32, bfloat16, float16). Without a target nothing is
-    compiled."""
+    Module's (float32, bfloat16, float16): the net is planned, and its
+    program compiled, as a Module computing in it runs it (``memory.plan``).
+    Without a target nothing is compiled."""
     from ..memory.pipeline import plan
     if target is not None:  # an unknown name or a bad description fails before planning
         target = targets.get(target)
-    p = plan(net, shapes, train, **plan_kwargs)
+    p = plan(net, shapes, train, compute_dtype=compute_dtype, **plan_kwargs)
     if target is not None:
-        p = dataclasses.replace(p, xla=plan_memory(p, target=target,
-                                                    compute_dtype=compute_dtype))
+        p = dataclasses.replace(p, xla=plan_memory(p, target=target))
     return p

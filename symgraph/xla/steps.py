@@ -5,7 +5,6 @@ compare with (``plain_jax_step``). See the package docstring.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import jax
@@ -16,6 +15,7 @@ from .. import targets
 from ..errors import SymgraphError
 from ..graph import Graph
 from ..lower import lower
+from ..passes.cast import without_casts
 from ..train.step import UPDATE_SCOPE
 
 # the measures moved to symgraph.measures; these names stay for the benchmarks
@@ -91,8 +91,10 @@ INFER_STEP_ARGS = ("params", "aux", "fixed", "batch", "t", "key")
 
 
 def _program_parts(plan):
-    """(forward graph, trainable, data names, label names, shapes) of a Plan."""
-    g = Graph(plan.graph.outputs[:plan.num_forward_outputs])
+    """(forward graph, trainable, data names, label names) of a Plan: the
+    graph the Module compiles, which casts in its feeds where the plan has
+    the casts of a compute dtype as nodes."""
+    g = without_casts(Graph(plan.graph.outputs[:plan.num_forward_outputs]))
     wrt = _gradient_names(plan) if plan.train else []
     batch = [n for n in g.list_arguments() if n not in wrt]
     if not plan.train:
@@ -102,28 +104,6 @@ def _program_parts(plan):
     return g, wrt, data, labels
 
 
-def cast_bytes(plan, compute_dtype="float32") -> int:
-    """Bytes of the ``compute_dtype`` copies a Module computing in
-    ``compute_dtype`` makes of its float parameters, fixed arguments and
-    aux states (``TrainPrograms._feeds`` casts them down inside the
-    program): temp in XLA's figure, while the arena of the net planned in
-    ``compute_dtype`` holds none, its parameters being arguments. XLA:GPU
-    keeps each copy from the forward to the backward that reads it again
-    (VGG-16 bfloat16, batch 64: 256 of the 264 MiB alive at the peak,
-    benchmarks/results/gpu_targets/README.md). 0 in float32."""
-    if compute_dtype in (None, "float32", "float64"):
-        return 0
-    if compute_dtype not in ("bfloat16", "float16"):
-        raise XlaError(f"compute_dtype={compute_dtype!r}; use float32, bfloat16 or float16")
-    g, _, data, labels = _program_parts(plan)
-    names = set(g.list_arguments()) - set(data) - set(labels)
-    names |= set(g.list_auxiliary_states())
-    size = jnp.dtype(compute_dtype).itemsize
-    return sum(math.prod(s.shape) * size for s in _structs(plan.graph, plan.inferred,
-                                                           names).values()
-               if jnp.issubdtype(s.dtype, jnp.floating))
-
-
 def plan_recompute(plan) -> list:
     """The forward node names a plan recomputes (a budgeted plan's
     ``recompute`` entries; none for other plans)."""
@@ -131,11 +111,22 @@ def plan_recompute(plan) -> list:
             for r in getattr(plan, "recompute", None) or ()]
 
 
-def _programs(plan, measures, compute_dtype="float32", recompute=(), backend=None):
+def compute_dtype_of(plan, compute_dtype=None) -> str:
+    """The dtype the program computes in: ``compute_dtype`` where given,
+    else the one the plan was made in (``plan(..., compute_dtype=)``)."""
+    if compute_dtype is None:
+        compute_dtype = (plan.options or {}).get("compute_dtype") or "float32"
+    if compute_dtype not in ("float32", "float64", "bfloat16", "float16"):
+        raise XlaError(f"compute_dtype={compute_dtype!r}; use float32, bfloat16 or float16")
+    return compute_dtype
+
+
+def _programs(plan, measures, compute_dtype=None, recompute=(), backend=None):
     from ..parallel.data_parallel import DeviceSet
     from ..symbol import Symbol
     from ..train.step import TrainPrograms
     g, wrt, data, labels = _program_parts(plan)
+    compute_dtype = compute_dtype_of(plan, compute_dtype)
     fixed = [n for n in g.list_arguments() if n not in wrt and n not in data + labels]
     progs = TrainPrograms(Symbol(g.outputs), data, labels, wrt, fixed,
                           g.list_auxiliary_states(), DeviceSet(None), compute_dtype,
@@ -151,7 +142,7 @@ def _signature(structs: dict, names) -> tuple:
 
 
 def training_step(plan, optimizer=None, measures="auto", recompute=None,
-                  segments="auto", target=None, compute_dtype="float32") -> Step:
+                  segments="auto", target=None, compute_dtype=None) -> Step:
     """The training step ``Module.fit`` runs for a training ``Plan``'s net,
     on one device: ``TrainPrograms.fused`` -- forward, the explicit
     backward, the optimizer update (SGD with momentum 0.9 unless
@@ -168,7 +159,8 @@ def training_step(plan, optimizer=None, measures="auto", recompute=None,
     the two XLA's figures say holds less. ``target``: the device it is
     compiled for (``symgraph.targets.get``: 'cpu' by default, 'h100', a
     description file, 'gpu'); the measure rule follows its backend.
-    ``compute_dtype``: the Module's (float32, bfloat16, float16)."""
+    ``compute_dtype``: the Module's (float32, bfloat16, float16); default
+    the plan's (``compute_dtype_of``)."""
     from ..train import optimizer as opt_mod
     target = targets.get(target)
     if not plan.train:
@@ -199,10 +191,10 @@ def training_step(plan, optimizer=None, measures="auto", recompute=None,
                  "backend": target.backend, "target": target.to_json(),
                  "optimizer": optimizer.describe(), "measures": list(ms),
                  "recompute": len(recompute), "segments": segments,
-                 "compute_dtype": compute_dtype or "float32"}, jitted=True, target=target)
+                 "compute_dtype": progs.compute_dtype or "float32"}, jitted=True, target=target)
 
 
-def inference_step(plan, measures="auto", target=None, compute_dtype="float32") -> Step:
+def inference_step(plan, measures="auto", target=None, compute_dtype=None) -> Step:
     """The inference program ``Module.predict``/``score`` run for an
     inference ``Plan``'s net, on one device (``TrainPrograms.infer``),
     compiled for ``target`` (see ``training_step``). Its arguments are
@@ -221,11 +213,11 @@ def inference_step(plan, measures="auto", target=None, compute_dtype="float32") 
     return Step(prog, args, (), measures_mod.compiler_options(ms, target.backend),
                 {"program": "Module.predict", "devices": 1,
                  "backend": target.backend, "target": target.to_json(),
-                 "measures": list(ms), "compute_dtype": compute_dtype or "float32"},
+                 "measures": list(ms), "compute_dtype": progs.compute_dtype or "float32"},
                 jitted=True, target=target)
 
 
-def plan_step(plan, measures="auto", target=None, compute_dtype="float32") -> Step:
+def plan_step(plan, measures="auto", target=None, compute_dtype=None) -> Step:
     """The program a Plan's XLA figures come from: ``training_step`` for a
     training plan, ``inference_step`` otherwise, compiled for ``target``."""
     return (training_step if plan.train else inference_step)(

@@ -1,7 +1,8 @@
 """A depthwise convolution's weight gradient as per-tap sums on the CPU
 (ops/conv.py ``_taps_pay``, ``_depthwise_taps``): XLA:CPU computes a grouped
-weight gradient as dense masked (C, C, *kernel) products, so where the
-channels outnumber the output positions the taps are smaller.
+weight gradient as dense masked (C, C, *kernel) products and keeps two, so
+where twice the channels outnumber the output positions the taps are
+smaller.
 
 The gradients are checked against the NumPy reference written from the
 math (tests/op_reference_nn.py), in float64, in both layouts (NHWC through
@@ -28,6 +29,12 @@ def params(**attrs):
     # channels 64 > 2*3*3 output positions: taps
     ({"kernel": (3, 3), "pad": (1, 1), "num_group": 64, "num_filter": 64},
      (2, 64, 3, 3), (2, 64, 3, 3), True),
+    # at the edge: 2*32 channels > 2*4*4 positions (the dense form keeps two
+    # products); 2*16 is not
+    ({"kernel": (3, 3), "pad": (1, 1), "num_group": 32, "num_filter": 32},
+     (2, 32, 4, 4), (2, 32, 4, 4), True),
+    ({"kernel": (3, 3), "pad": (1, 1), "num_group": 16, "num_filter": 16},
+     (2, 16, 4, 4), (2, 16, 4, 4), False),
     # a big image: the dense product is smaller
     ({"kernel": (3, 3), "pad": (1, 1), "num_group": 8, "num_filter": 8},
      (2, 8, 16, 16), (2, 8, 16, 16), False),
@@ -38,7 +45,7 @@ def params(**attrs):
     # channels last: the channels are the last axis
     ({"kernel": (3, 3), "pad": (1, 1), "num_group": 64, "num_filter": 64, "layout": "NHWC"},
      (2, 3, 3, 64), (2, 3, 3, 64), True)])
-def test_the_taps_pay_where_channels_outnumber_output_positions(attrs, x, dy, pays):
+def test_the_taps_pay_where_twice_the_channels_outnumber_output_positions(attrs, x, dy, pays):
     assert conv._taps_pay(params(**attrs), jnp.zeros(x), jnp.zeros(dy)) is pays
 
 

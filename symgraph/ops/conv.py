@@ -266,14 +266,15 @@ _conv = register(OpDef(
 def _taps_pay(p, x, dy) -> bool:
     """Whether a convolution's weight gradient is cheaper as per-tap sums:
     a depthwise one (a group per channel, one filter each) whose channels C
-    outnumber its output positions N*prod(out spatial). XLA:CPU computes a
-    grouped weight gradient as a dense one of masked (C, C, *kernel) products
-    (C times the FLOPs, C^2*k elements); the taps hold k products of
-    N*C*prod(out) elements at most, fewer exactly when C > N*prod(out)."""
+    outnumber half its output positions N*prod(out spatial). XLA:CPU computes
+    a grouped weight gradient as a dense one of masked (C, C, *kernel)
+    products (C times the FLOPs) and keeps two of them, the product and its
+    copy in the weight's layout (2*C^2*k elements); the taps hold k products
+    of N*C*prod(out) elements at most, fewer exactly when 2*C > N*prod(out)."""
     cl = is_channels_last(p)
     c = x.shape[-1] if cl else x.shape[1]
     positions = dy.size // dy.shape[-1 if cl else 1]
-    return p.num_group == c == p.num_filter and c > 1 and c > positions
+    return p.num_group == c == p.num_filter and c > 1 and 2 * c > positions
 
 
 def _taps_weight_grad(p, x, dy):

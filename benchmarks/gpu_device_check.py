@@ -19,7 +19,7 @@ benchmarks/results/gpu_device/.
    device's dense peak, ``symgraph.bench.common.PEAK_FLOPS``).
 
 ``--quick`` uses small nets and batches (a smoke run; on a machine without a
-GPU it runs on the CPU with ``--device cpu``). Writes results.json and
+GPU it runs on the CPU). Writes results.json and
 results.md to ``--out`` (default bench-results/gpu_device).
 """
 from __future__ import annotations
@@ -67,17 +67,15 @@ def memory_rows(nets, description):
     rows = []
     for name, batch, dtype in nets:
         net = get_model(name)
-        dtypes = None if dtype == "float32" else {"data": dtype}
         for train in (True, False):
-            p = plan(net, data_shapes(name, batch), train=train, dtypes=dtypes, name=name)
+            p = plan(net, data_shapes(name, batch), train=train, compute_dtype=dtype, name=name)
             r = {"net": name, "batch": batch, "dtype": dtype, "train": train,
                  "arena": p.internal["arena"]}
             try:
-                r["deviceless"] = xla.plan_memory(p, target=description, compute_dtype=dtype)
+                r["deviceless"] = xla.plan_memory(p, target=description)
             except Exception as err:  # recorded, not fatal: the device figures still count
                 r["deviceless_error"] = f"{type(err).__name__}: {err}"
-            step = xla.plan_step(p, target="gpu" if jax.default_backend() == "gpu" else "cpu",
-                                 compute_dtype=dtype)
+            step = xla.plan_step(p, target="gpu" if jax.default_backend() == "gpu" else "cpu")
             compiled = xla.compile_step(step)
             r["device"] = xla.analysis_dict(compiled)
             r["footprint"] = xla.footprint(r["device"])

@@ -178,8 +178,10 @@ class JaxInterpreter(Interpreter):
 
     def __init__(self, graph: Graph, is_train: bool, key=None, anchor: str | None = None,
                  wgrad_chunks: int = 1, wgrad_first: bool = False, anchor_tie: str = "add",
-                 inferred=None):
+                 inferred=None, keep_shared: bool = False):
         super().__init__(graph)
+        # entry ids passed through one optimization barrier (``shared_entries``)
+        self._shared = shared_entries(graph) if keep_shared else frozenset()
         if anchor_tie not in ANCHOR_TIES:
             raise SymgraphError(f"anchor_tie={anchor_tie!r}; use one of "
                                 f"{', '.join(map(repr, ANCHOR_TIES))}")
@@ -250,7 +252,15 @@ class JaxInterpreter(Interpreter):
         return list(self._inferred.shapes[base:base + node.num_outputs])
 
     def eval_node(self, node, inputs):
-        return self.apply(node, node.op.lower, inputs)
+        outs = self.apply(node, node.op.lower, inputs)
+        if self._shared:
+            base = self.graph.entry_id_of_node(node)
+            keep = [i for i in range(len(outs)) if base + i in self._shared]
+            if keep:
+                kept = jax.lax.optimization_barrier([outs[i] for i in keep])
+                for i, v in zip(keep, kept):
+                    outs[i] = v
+        return outs
 
     def apply(self, node, lowering, inputs):
         """``lowering(params, ctx, *inputs)`` for ``node``: its outputs as a
@@ -415,6 +425,37 @@ class _CloneAnchors:
         return res
 
 
+# The keep_shared measure's values: outputs of forward ops of these
+# categories (``OpDef.category``) that KEEP_SHARED_READERS or more nodes
+# read. XLA:GPU fuses an elementwise producer into each of its consumers
+# and computes it again in each, which keeps the producer's own inputs
+# alive until the last reader ran (a transformer's residual sum
+# ``x + branch``, read by the next LayerNorm and the next sum, kept every
+# earlier branch's output); behind an optimization barrier the value is a
+# buffer of its own, computed once, as the plan has it. Adding the
+# injective ops (Concat, transpose) saved nothing and cost DenseNet 12 MiB
+# (benchmarks/results/gpu_targets/keep_shared.md).
+KEEP_SHARED_CATEGORIES = ("elementwise",)
+KEEP_SHARED_READERS = 2
+
+
+def shared_entries(graph: Graph) -> frozenset:
+    """The entry ids the keep_shared measure passes through an optimization
+    barrier: outputs of forward ops in ``KEEP_SHARED_CATEGORIES`` that
+    ``KEEP_SHARED_READERS`` or more nodes read (a graph output is no
+    reader: its buffer is the program's)."""
+    out = set()
+    for n in graph.nodes:
+        if n.op is None or n.op.forward is not None or \
+                n.op.category not in KEEP_SHARED_CATEGORIES:
+            continue
+        for i in range(n.num_outputs):
+            e = Entry(n, i)
+            if len(graph.users(e)) >= KEEP_SHARED_READERS:
+                out.add(graph.entry_id(e))
+    return frozenset(out)
+
+
 # lower(..., anchor=...): 'backward' ties every backward node to its incoming
 # gradient, 'weights' those of ops declaring ``anchor_weights``
 ANCHORS = ("backward", "weights")
@@ -433,7 +474,8 @@ def _anchored(anchor: str | None, fwd) -> bool:
 
 
 def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
-          wgrad_chunks: int = 1, wgrad_first: bool = False, anchor_tie: str = "add"):
+          wgrad_chunks: int = 1, wgrad_first: bool = False, anchor_tie: str = "add",
+          keep_shared: bool = False):
     """Graph -> pure function ``f(feeds, key) -> (outputs, aux_updates)``.
 
     ``feeds`` maps variable names (and optionally ``entry_key``s of inner
@@ -449,13 +491,18 @@ def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
     size; ``wgrad_first`` computes those ops' weight gradients before
     their data gradients, so the copies are gone before the data gradient
     is allocated. ``anchor_tie``: how the anchor ties (``ANCHOR_TIES``).
+    ``keep_shared`` passes each value ``shared_entries`` names through
+    ``jax.lax.optimization_barrier`` once, every reader reading the
+    barrier's output (bit for bit the same values), so XLA computes it
+    once rather than inside each reader (a GPU measure, which
+    ``measures.resolve`` drops on the CPU; docs/memory.md "Which device").
     """
     # channels-last programs are lowered from passes.layout's rewrite
     # (measures.lower_measured): the graph says where values change layout
 
     def fn(feeds, key=None):
         interp = JaxInterpreter(graph, is_train, key, anchor, wgrad_chunks, wgrad_first,
-                                anchor_tie)
+                                anchor_tie, keep_shared=keep_shared)
         outs = interp.run(feeds)
         return outs, interp.aux_updates
     return fn

@@ -32,6 +32,16 @@ The measures (docs/memory.md, "Plan vs XLA", has the measured effect of each):
   gradient before the data gradient and ties the data gradient's input to
   it, so the batch-minor copies die before the data gradient is allocated.
   Training only.
+- ``keep_shared``: a value an elementwise op makes and two or more nodes
+  read passes through one ``jax.lax.optimization_barrier``, every reader
+  reading its output (``lower.shared_entries``), so XLA:GPU computes it
+  once into a buffer of its own instead of fusing the op into each reader,
+  where the op's own inputs stay alive until the last reader ran (a
+  transformer's residual sum ``x + branch``, read by the next LayerNorm
+  and the next sum, kept every earlier branch's output). The values pass
+  bit for bit. GPU only: dropped on the CPU (``GPU_ONLY``), where it
+  saved nothing and cost memory on ResNet-50. Inference only in the GPU
+  rule (``GPU_INFER``).
 """
 from __future__ import annotations
 
@@ -41,7 +51,7 @@ from .errors import SymgraphError
 from .graph import Graph
 
 MEASURES = ("scheduler", "anchor", "anchor_weights", "channels_last", "single_op",
-            "split_wgrad", "wgrad_first")
+            "split_wgrad", "wgrad_first", "keep_shared")
 # split_wgrad's batch slices: halves (quarters did no better)
 WGRAD_CHUNKS = 2
 SCHEDULER_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
@@ -98,6 +108,20 @@ RECOMPUTE_CPU_TRAIN = CPU_TRAIN + ("wgrad_first",)
 # the raw convolution output there, so it keeps both that output and the
 # ReLU's for every convolution feeding another (benchmarks/results/gpu_targets).
 GPU_TRAIN = ("anchor",)
+# GPU inference of a graph with shared elementwise values (``keep_shared``):
+# the held-out transformer and MLP-mixer went 15.0 -> 13.5 and 22.0 ->
+# 18.0 MiB (batch 32; 10.5 and 12.0 with the split-K gemms off, their
+# plans), no zoo net changed. Not in training: there it held more on every
+# net whose figure it changed (Inception-BN 1,876 -> 2,409 MiB at batch 64;
+# benchmarks/results/gpu_targets/keep_shared.md).
+GPU_INFER = ("keep_shared",)
+# Measures dropped on the CPU by ``resolve`` (so a script naming them runs
+# unchanged on either backend, as ``scheduler`` is ignored off the CPU):
+# keep_shared's optimization barriers did nothing for XLA:CPU's temp where
+# XLA:GPU's fell (the held-out resnext's inference stayed at 128 MiB) and
+# took ResNet-50's inference at batch 32 from 245 to 392 MiB. Module-level
+# so benchmarks/gpu_keep_shared.py can measure them there.
+GPU_ONLY = ("keep_shared",)
 
 def recompute_measures(measures: tuple, backend: str | None = None) -> tuple:
     """The rule's measure set for a training program that recomputes: on the
@@ -179,12 +203,16 @@ def default_measures(graph: Graph, train: bool, backend: str | None = None) -> t
     ``DEEP_RESIDUAL_ADDS`` of them; other graphs (MLPs, sequence models)
     need none.
     On a GPU (``GPU_TRAIN``): the anchor in training conv nets, tied by an
-    optimization barrier; nothing in inference. XLA's GPU backend chooses
-    convolution layouts itself and has no scheduler option of the CPU's
-    kind (docs/memory.md, "Which device")."""
+    optimization barrier; in inference ``GPU_INFER`` (``keep_shared``)
+    where an elementwise value has two or more readers, nothing else.
+    XLA's GPU backend chooses convolution layouts itself and has no
+    scheduler option of the CPU's kind (docs/memory.md, "Which device")."""
     backend = backend or jax.default_backend()
     if backend != "cpu":
-        return GPU_TRAIN if train and _has_conv2d(graph) else ()
+        if train:
+            return GPU_TRAIN if _has_conv2d(graph) else ()
+        from .lower import shared_entries
+        return GPU_INFER if shared_entries(graph) else ()
     if not _has_conv2d(graph):
         return ()
     adds = shortcuts(graph)
@@ -226,7 +254,7 @@ def resolve(spec, graph: Graph, train: bool, recompute: bool = False,
     changed by ``recompute_measures`` for a training program that
     recomputes (``recompute``).
     ``split_wgrad`` and ``wgrad_first`` are dropped in inference (there is
-    no weight gradient)."""
+    no weight gradient), ``keep_shared`` on the CPU (``GPU_ONLY``)."""
     ms = parse(spec)
     if ms is None:
         ms = default_measures(graph, train, backend)
@@ -234,6 +262,8 @@ def resolve(spec, graph: Graph, train: bool, recompute: bool = False,
             ms = recompute_measures(ms, backend)
     if not train:
         ms = tuple(m for m in ms if m not in ("split_wgrad", "wgrad_first"))
+    if (backend or jax.default_backend()) == "cpu":
+        ms = tuple(m for m in ms if m not in GPU_ONLY)
     return ms
 
 
@@ -247,13 +277,16 @@ def lower_options(measures, backend: str | None = None) -> dict:
     anchor ties by a select on a flag read from the gradient on the CPU
     (``lower.tie_to_first``; XLA:CPU drops optimization barriers before
     scheduling), by an optimization barrier elsewhere
-    (``lower.barrier_to_first``)."""
+    (``lower.barrier_to_first``). ``keep_shared`` only off the CPU
+    (``GPU_ONLY``)."""
     ms = set(measures)
+    cpu = (backend or jax.default_backend()) == "cpu"
     return {"anchor": "backward" if "anchor" in ms else
             "weights" if "anchor_weights" in ms else None,
             "wgrad_chunks": WGRAD_CHUNKS if "split_wgrad" in ms else 1,
             "wgrad_first": "wgrad_first" in ms,
-            "anchor_tie": "add" if (backend or jax.default_backend()) == "cpu" else "barrier"}
+            "anchor_tie": "add" if cpu else "barrier",
+            "keep_shared": "keep_shared" in ms and not (cpu and "keep_shared" in GPU_ONLY)}
 
 
 def compiler_options(measures, backend: str | None = None) -> dict:

@@ -178,10 +178,11 @@ class JaxInterpreter(Interpreter):
 
     def __init__(self, graph: Graph, is_train: bool, key=None, anchor: str | None = None,
                  wgrad_chunks: int = 1, wgrad_first: bool = False, anchor_tie: str = "add",
-                 inferred=None, keep_shared: bool = False):
+                 inferred=None, keep_shared: str | None = None):
         super().__init__(graph)
-        # entry ids passed through one optimization barrier (``shared_entries``)
-        self._shared = shared_entries(graph) if keep_shared else frozenset()
+        # entry ids computed once into a buffer of their own (``shared_entries``)
+        self._shared = shared_entries(graph, keep_shared) if keep_shared else frozenset()
+        self._keep_shared = keep_shared
         if anchor_tie not in ANCHOR_TIES:
             raise SymgraphError(f"anchor_tie={anchor_tie!r}; use one of "
                                 f"{', '.join(map(repr, ANCHOR_TIES))}")
@@ -257,7 +258,7 @@ class JaxInterpreter(Interpreter):
             base = self.graph.entry_id_of_node(node)
             keep = [i for i in range(len(outs)) if base + i in self._shared]
             if keep:
-                kept = jax.lax.optimization_barrier([outs[i] for i in keep])
+                kept = _kept([outs[i] for i in keep], self._keep_shared)
                 for i, v in zip(keep, kept):
                     outs[i] = v
         return outs
@@ -427,23 +428,39 @@ class _CloneAnchors:
 
 # The keep_shared measure's values: outputs of forward ops of these
 # categories (``OpDef.category``) that KEEP_SHARED_READERS or more nodes
-# read. XLA:GPU fuses an elementwise producer into each of its consumers
-# and computes it again in each, which keeps the producer's own inputs
-# alive until the last reader ran (a transformer's residual sum
-# ``x + branch``, read by the next LayerNorm and the next sum, kept every
-# earlier branch's output); behind an optimization barrier the value is a
-# buffer of its own, computed once, as the plan has it. Adding the
-# injective ops (Concat, transpose) saved nothing and cost DenseNet 12 MiB
+# read. XLA fuses an elementwise producer into each of its consumers and
+# computes it again in each, which keeps the producer's own inputs alive
+# until the last reader ran (a transformer's residual sum ``x + branch``,
+# read by the next LayerNorm and the next sum, kept every earlier branch's
+# output on a GPU; a post-activation residual unit's output, read by the
+# next unit's convolution and its sum, kept the unit's two convolution
+# outputs on the CPU). Kept, the value is a buffer of its own, computed
+# once, as the plan has it. Adding the injective ops (Concat, transpose)
+# saved nothing and cost DenseNet 12 MiB on a GPU
 # (benchmarks/results/gpu_targets/keep_shared.md).
 KEEP_SHARED_CATEGORIES = ("elementwise",)
 KEEP_SHARED_READERS = 2
+# How a shared value is kept: 'barrier', one optimization barrier (XLA:GPU);
+# 'branch', the false branch of a conditional on a never-true flag
+# (``ops.backward.never``), which XLA:CPU cannot fuse into the readers --
+# it drops optimization barriers before fusing. The branch copies the
+# value, so on the CPU only values a convolution reads beside an
+# elementwise op are kept: the sums of a pre-activation ResNet-50 (read by
+# a BatchNorm and the next sum), kept too, took its inference from 245 to
+# 294 MiB at batch 32.
+KEEP_SHARED_TIES = ("barrier", "branch")
 
 
-def shared_entries(graph: Graph) -> frozenset:
-    """The entry ids the keep_shared measure passes through an optimization
-    barrier: outputs of forward ops in ``KEEP_SHARED_CATEGORIES`` that
+def shared_entries(graph: Graph, tie: str = "barrier") -> frozenset:
+    """The entry ids the keep_shared measure keeps (``KEEP_SHARED_TIES``):
+    outputs of forward ops in ``KEEP_SHARED_CATEGORIES`` that
     ``KEEP_SHARED_READERS`` or more nodes read (a graph output is no
-    reader: its buffer is the program's)."""
+    reader: its buffer is the program's); for 'branch', of those, the ones
+    a convolution and an elementwise op both read."""
+    from .measures import CONVOLUTIONS
+    if tie not in KEEP_SHARED_TIES:
+        raise SymgraphError(f"keep_shared={tie!r}; use one of "
+                            f"{', '.join(map(repr, KEEP_SHARED_TIES))}")
     out = set()
     for n in graph.nodes:
         if n.op is None or n.op.forward is not None or \
@@ -451,9 +468,22 @@ def shared_entries(graph: Graph) -> frozenset:
             continue
         for i in range(n.num_outputs):
             e = Entry(n, i)
-            if len(graph.users(e)) >= KEEP_SHARED_READERS:
-                out.add(graph.entry_id(e))
+            readers = graph.users(e)
+            if len(readers) < KEEP_SHARED_READERS:
+                continue
+            if tie == "branch" and not (
+                    any(r.op.name in CONVOLUTIONS for r in readers) and
+                    any(r.op.category in KEEP_SHARED_CATEGORIES for r in readers)):
+                continue
+            out.add(graph.entry_id(e))
     return frozenset(out)
+
+
+def _kept(values: list, tie: str) -> list:
+    """``values`` computed once, each into a buffer of its own (``tie``)."""
+    if tie == "barrier":
+        return list(jax.lax.optimization_barrier(values))
+    return [jax.lax.cond(never(v), jnp.zeros_like, lambda x: x, v) for v in values]
 
 
 # lower(..., anchor=...): 'backward' ties every backward node to its incoming
@@ -475,7 +505,7 @@ def _anchored(anchor: str | None, fwd) -> bool:
 
 def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
           wgrad_chunks: int = 1, wgrad_first: bool = False, anchor_tie: str = "add",
-          keep_shared: bool = False):
+          keep_shared: str | None = None):
     """Graph -> pure function ``f(feeds, key) -> (outputs, aux_updates)``.
 
     ``feeds`` maps variable names (and optionally ``entry_key``s of inner
@@ -491,11 +521,10 @@ def lower(graph: Graph, is_train: bool = False, anchor: str | None = None,
     size; ``wgrad_first`` computes those ops' weight gradients before
     their data gradients, so the copies are gone before the data gradient
     is allocated. ``anchor_tie``: how the anchor ties (``ANCHOR_TIES``).
-    ``keep_shared`` passes each value ``shared_entries`` names through
-    ``jax.lax.optimization_barrier`` once, every reader reading the
-    barrier's output (bit for bit the same values), so XLA computes it
-    once rather than inside each reader (a GPU measure, which
-    ``measures.resolve`` drops on the CPU; docs/memory.md "Which device").
+    ``keep_shared`` ('barrier' or 'branch', ``KEEP_SHARED_TIES``) keeps
+    each value ``shared_entries`` names, every reader reading the kept
+    value (bit for bit the same), so XLA computes it once rather than
+    inside each reader (docs/memory.md, "Which device").
     """
     # channels-last programs are lowered from passes.layout's rewrite
     # (measures.lower_measured): the graph says where values change layout

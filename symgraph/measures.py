@@ -33,15 +33,16 @@ The measures (docs/memory.md, "Plan vs XLA", has the measured effect of each):
   it, so the batch-minor copies die before the data gradient is allocated.
   Training only.
 - ``keep_shared``: a value an elementwise op makes and two or more nodes
-  read passes through one ``jax.lax.optimization_barrier``, every reader
-  reading its output (``lower.shared_entries``), so XLA:GPU computes it
-  once into a buffer of its own instead of fusing the op into each reader,
-  where the op's own inputs stay alive until the last reader ran (a
-  transformer's residual sum ``x + branch``, read by the next LayerNorm
-  and the next sum, kept every earlier branch's output). The values pass
-  bit for bit. GPU only: dropped on the CPU (``GPU_ONLY``), where it
-  saved nothing and cost memory on ResNet-50. Inference only in the GPU
-  rule (``GPU_INFER``).
+  read is computed once into a buffer of its own, every reader reading it
+  (``lower.shared_entries``), instead of XLA fusing the op into each
+  reader, where the op's own inputs stay alive until the last reader ran
+  (a transformer's residual sum ``x + branch``, read by the next LayerNorm
+  and the next sum, kept every earlier branch's output on a GPU; a
+  post-activation residual unit's output kept its two convolution outputs
+  on the CPU). Off the CPU through an optimization barrier; on the CPU,
+  which drops those, as a conditional's branch, and only for values a
+  convolution reads beside an elementwise op. The values pass bit for
+  bit. Inference only in the rules (``GPU_INFER``, ``CPU_RESIDUAL_INFER``).
 """
 from __future__ import annotations
 
@@ -78,6 +79,15 @@ CPU_RESIDUAL = ("scheduler",)
 # weight of the stage in its layout at once, outside XLA's figure. Not in
 # training, where the single calls held more than the chains.
 CPU_RESIDUAL_INFER = ("scheduler", "single_op")
+# ... and keeps a post-activation unit's output, which a convolution and
+# the next unit's sum read (``keep_shared``): XLA:CPU computed it again
+# inside the sum from the unit's two convolution outputs and kept both
+# alive. Fitted on the zoo's resnet-v1-50 (inference at batch 32: 441 ->
+# 294 MiB, its plan); judged on the held-out ResNeXt (128 -> 96, its plan;
+# benchmarks/results/heldout). A pre-activation ResNet has no such value
+# (its set is unchanged). Not in training, where XLA's recomputing saved
+# memory: the same values kept took ResNeXt's step from 121 to 188 MiB.
+CPU_POST_ACTIVATION_INFER = CPU_RESIDUAL_INFER + ("keep_shared",)
 # Deep residual nets train with the anchor under XLA's default scheduler:
 # the memory-optimized scheduler hoists backward work that needs no
 # gradient (a BatchNorm backward's normalised input, a recomputed ReLU) to
@@ -115,13 +125,6 @@ GPU_TRAIN = ("anchor",)
 # net whose figure it changed (Inception-BN 1,876 -> 2,409 MiB at batch 64;
 # benchmarks/results/gpu_targets/keep_shared.md).
 GPU_INFER = ("keep_shared",)
-# Measures dropped on the CPU by ``resolve`` (so a script naming them runs
-# unchanged on either backend, as ``scheduler`` is ignored off the CPU):
-# keep_shared's optimization barriers did nothing for XLA:CPU's temp where
-# XLA:GPU's fell (the held-out resnext's inference stayed at 128 MiB) and
-# took ResNet-50's inference at batch 32 from 245 to 392 MiB. Module-level
-# so benchmarks/gpu_keep_shared.py can measure them there.
-GPU_ONLY = ("keep_shared",)
 
 def recompute_measures(measures: tuple, backend: str | None = None) -> tuple:
     """The rule's measure set for a training program that recomputes: on the
@@ -200,8 +203,10 @@ def default_measures(graph: Graph, train: bool, backend: str | None = None) -> t
     CPU convolutions make), or ``CPU_RESIDUAL`` / ``CPU_RESIDUAL_INFER``
     where it has residual shortcuts (``shortcuts``: channels-last slows
     those down) -- ``CPU_DEEP_RESIDUAL_TRAIN`` in training with more than
-    ``DEEP_RESIDUAL_ADDS`` of them; other graphs (MLPs, sequence models)
-    need none.
+    ``DEEP_RESIDUAL_ADDS`` of them, ``CPU_POST_ACTIVATION_INFER`` in
+    inference where a convolution and an elementwise op read one value
+    (``lower.shared_entries(graph, 'branch')``); other graphs (MLPs,
+    sequence models) need none.
     On a GPU (``GPU_TRAIN``): the anchor in training conv nets, tied by an
     optimization barrier; in inference ``GPU_INFER`` (``keep_shared``)
     where an elementwise value has two or more readers, nothing else.
@@ -218,8 +223,12 @@ def default_measures(graph: Graph, train: bool, backend: str | None = None) -> t
     adds = shortcuts(graph)
     if adds > DEEP_RESIDUAL_ADDS and train:
         return CPU_DEEP_RESIDUAL_TRAIN
+    if adds and train:
+        return CPU_RESIDUAL
     if adds:
-        return CPU_RESIDUAL if train else CPU_RESIDUAL_INFER
+        from .lower import shared_entries
+        return CPU_POST_ACTIVATION_INFER if shared_entries(graph, "branch") else \
+            CPU_RESIDUAL_INFER
     return CPU_TRAIN if train else CPU_INFER
 
 
@@ -254,7 +263,7 @@ def resolve(spec, graph: Graph, train: bool, recompute: bool = False,
     changed by ``recompute_measures`` for a training program that
     recomputes (``recompute``).
     ``split_wgrad`` and ``wgrad_first`` are dropped in inference (there is
-    no weight gradient), ``keep_shared`` on the CPU (``GPU_ONLY``)."""
+    no weight gradient)."""
     ms = parse(spec)
     if ms is None:
         ms = default_measures(graph, train, backend)
@@ -262,8 +271,6 @@ def resolve(spec, graph: Graph, train: bool, recompute: bool = False,
             ms = recompute_measures(ms, backend)
     if not train:
         ms = tuple(m for m in ms if m not in ("split_wgrad", "wgrad_first"))
-    if (backend or jax.default_backend()) == "cpu":
-        ms = tuple(m for m in ms if m not in GPU_ONLY)
     return ms
 
 
@@ -277,8 +284,9 @@ def lower_options(measures, backend: str | None = None) -> dict:
     anchor ties by a select on a flag read from the gradient on the CPU
     (``lower.tie_to_first``; XLA:CPU drops optimization barriers before
     scheduling), by an optimization barrier elsewhere
-    (``lower.barrier_to_first``). ``keep_shared`` only off the CPU
-    (``GPU_ONLY``)."""
+    (``lower.barrier_to_first``); ``keep_shared`` keeps values by a
+    conditional's branch on the CPU, by an optimization barrier elsewhere
+    (``lower.KEEP_SHARED_TIES``)."""
     ms = set(measures)
     cpu = (backend or jax.default_backend()) == "cpu"
     return {"anchor": "backward" if "anchor" in ms else
@@ -286,7 +294,7 @@ def lower_options(measures, backend: str | None = None) -> dict:
             "wgrad_chunks": WGRAD_CHUNKS if "split_wgrad" in ms else 1,
             "wgrad_first": "wgrad_first" in ms,
             "anchor_tie": "add" if cpu else "barrier",
-            "keep_shared": "keep_shared" in ms and not (cpu and "keep_shared" in GPU_ONLY)}
+            "keep_shared": ("branch" if cpu else "barrier") if "keep_shared" in ms else None}
 
 
 def compiler_options(measures, backend: str | None = None) -> dict:

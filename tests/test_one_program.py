@@ -97,7 +97,9 @@ def test_default_measures_rule():
     deep = Graph(y.outputs)
     assert sg.measures.default_measures(deep, True, "cpu") == \
         sg.measures.CPU_DEEP_RESIDUAL_TRAIN
-    assert sg.measures.default_measures(deep, False, "cpu") == sg.measures.CPU_RESIDUAL_INFER
+    # each sum is read by a convolution and by the next sum: kept in inference
+    assert sg.measures.default_measures(deep, False, "cpu") == \
+        sg.measures.CPU_POST_ACTIVATION_INFER
     assert sg.measures.compiler_options(sg.measures.CPU_RESIDUAL_INFER, "cpu") == \
         {**sg.measures.SCHEDULER_OPTIONS, **sg.measures.SINGLE_OP_FUSIONS}
     assert sg.measures.recompute_measures(sg.measures.default_measures(deep, True, "cpu"),
@@ -161,7 +163,8 @@ def test_shortcuts_are_found_by_structure_not_by_op_names():
     units = Graph(y.outputs)
     assert sg.measures.shortcuts(units) == 3
     assert rule(units, True, "cpu") == sg.measures.CPU_RESIDUAL
-    assert rule(units, False, "cpu") == sg.measures.CPU_RESIDUAL_INFER
+    # each sum is read by the next unit's convolution and its sum: kept
+    assert rule(units, False, "cpu") == sg.measures.CPU_POST_ACTIVATION_INFER
 
 
 @pytest.mark.parametrize("dtype,size", [("bfloat16", 2), ("float16", 2), ("float32", 4)])

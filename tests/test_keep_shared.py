@@ -197,8 +197,9 @@ def test_gpu_rule_uses_it_in_inference_where_values_are_shared():
     plain = Graph(S.FullyConnected(S.Activation(conv, act_type="relu", name="r"),
                                    num_hidden=3, name="fc").outputs)
     assert not shared_entries(plain)
-    assert M.default_measures(shared, False, "gpu") == M.GPU_INFER == ("keep_shared",)
-    assert M.default_measures(plain, False, "gpu") == ()
+    # (their FullyConnected layers' gemms unsplit besides: tests/test_no_split_k.py)
+    assert M.default_measures(shared, False, "gpu") == ("keep_shared", "no_split_k")
+    assert M.default_measures(plain, False, "gpu") == ("no_split_k",)
     # training: never (it held more there); the anchor for conv nets as before
     assert M.default_measures(shared, True, "gpu") == ()
     assert M.default_measures(plain, True, "gpu") == M.GPU_TRAIN

@@ -85,7 +85,8 @@ def test_default_measures_rule():
     assert sg.measures.default_measures(conv, False, "cpu") == sg.measures.CPU_INFER
     assert sg.measures.default_measures(mlp, True, "cpu") == ()
     assert sg.measures.default_measures(conv, True, "gpu") == sg.measures.GPU_TRAIN
-    assert sg.measures.default_measures(conv, False, "gpu") == ()
+    # its FullyConnected's gemm unsplit in inference
+    assert sg.measures.default_measures(conv, False, "gpu") == ("no_split_k",)
     assert sg.measures.default_measures(mlp, True, "gpu") == ()
     # a residual shortcut (activations added): the scheduler only
     y = _convnet().get_internals()["relu_output"]

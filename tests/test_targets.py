@@ -174,7 +174,10 @@ def test_gpu_target_gets_no_cpu_measures():
     assert sg.measures.lower_options(("anchor",), "gpu")["anchor_tie"] == "barrier"
     assert sg.measures.lower_options(("anchor",), "cpu")["anchor_tie"] == "add"
     pi = sg.plan(small_convnet(), {"data": (8, 3, 16, 16)})
-    assert xla.inference_step(pi, target="h100").info["measures"] == []
+    # inference: its FullyConnected's gemm unsplit, a GPU compiler option
+    infer = xla.inference_step(pi, target="h100")
+    assert infer.info["measures"] == ["no_split_k"]
+    assert infer.compiler_options == sg.measures.NO_SPLIT_K_OPTIONS
 
 
 def test_barrier_tie_keeps_values_and_leaves_variables():

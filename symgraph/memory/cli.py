@@ -188,8 +188,8 @@ def run(args) -> int:
         # excess; where no plan fits, the step without recompute is compiled
         with busy(f"XLA is fitting the budgeted training step to {target.device}"):
             p, figures, holds = xla.fit_budget(
-                net, shapes, budget, target, allow_over_budget=args.allow_over_budget, opt_in="--allow-over-budget",
-                **options)
+                net, shapes, budget, target, allow_over_budget=args.allow_over_budget,
+                opt_in="--allow-over-budget", **options)
         # the report compares with the budget asked; the plan's own budget is
         # lower where it was made again to the excess XLA's program held
         planned_to = p.budget

@@ -291,10 +291,10 @@ def plan(net, shapes: dict | None = None, train: bool = False, strategy: str = "
         for the ``channels_last`` memory measure planned as tensors.
     compute_dtype: None (the net's dtypes), or 'bfloat16', 'float16', ...:
         plan the net as a Module with that ``compute_dtype`` runs it -- its
-        float inputs (parameters, aux states, data; not labels) kept in
-        their dtypes and cast down inside (``passes.cast``): the casts'
-        outputs are planned tensors, the activations in ``compute_dtype``,
-        the gradients in the parameters' dtype.
+        float inputs (parameters, data; not labels) kept in their dtypes
+        and cast down inside (``passes.cast``): the casts' outputs are
+        planned tensors, the activations and aux states in
+        ``compute_dtype``, the gradients in the parameters' dtype.
     """
     _check_arguments(outputs, dtypes)
     options = PlanOptions.of(train, strategy, outputs=outputs, wrt=wrt,
@@ -441,12 +441,12 @@ def in_compute_dtype(net, shapes: dict, dtypes=None, outputs=None, compute_dtype
     computing in it runs --, the shapes and dtypes its inference needs:
     every variable's, the shapes as given)."""
     from ..passes.cast import compute_in, variable_types
+    from ..passes.gradient import is_label
     g = as_graph(net)
     if outputs is not None:
         g = prune(g, outputs)
     inf = infer_shapes(g, dict(shapes or {}), dtypes)
-    labels = [n for n in g.list_arguments()
-              if (n.endswith("label") if label_names is None else n in label_names)]
+    labels = [n for n in g.list_arguments() if is_label(n, label_names)]
     known, dtypes = variable_types(g, inf, compute_dtype)
     return compute_in(g, compute_dtype, inf, labels), {**known, **(shapes or {})}, dtypes
 

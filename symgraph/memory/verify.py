@@ -33,6 +33,7 @@ import numpy as np
 from ..dtypes import np_dtype
 from ..errors import PlanError
 from ..lower import JaxInterpreter, lower
+from ..passes.gradient import is_label
 from .liveness import PLANNED, Liveness, declared_pairs
 
 
@@ -536,8 +537,7 @@ def random_feeds(live: Liveness, seed: int = 0, label_names=None) -> dict:
     for n in g.variables:
         eid = g.entry_id_of_node(n)
         shape, dt = inf.shapes[eid], np_dtype(inf.dtypes[eid])
-        is_label = n.name.endswith("label") if label_names is None else n.name in label_names
-        if is_label or not np.issubdtype(dt, np.floating):
+        if is_label(n.name, label_names) or not np.issubdtype(dt, np.floating):
             feeds[n.name] = rng.integers(0, 2, size=shape).astype(dt)
         else:
             feeds[n.name] = rng.uniform(-1.0, 1.0, size=shape).astype(dt)

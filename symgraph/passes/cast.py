@@ -33,10 +33,10 @@ def compute_in(graph: Graph, dtype: str, inferred, labels=()) -> Graph:
     Aux states are not: a variable is an aux state by the slot an op reads
     it in, so one read through a cast would become an argument; infer them
     in ``dtype`` (``variable_types``) -- the op reads them in it, and they
-    are vectors (BatchNorm's statistics). ``inferred``: an ``Inferred`` of ``graph``
-    (the variables' dtypes, as names). Shape inference cannot see through
-    a cast to a weight's shape: infer the new graph with the variables'
-    shapes and dtypes given (``variable_types``)."""
+    are vectors (BatchNorm's statistics). ``inferred``: an ``Inferred`` of
+    ``graph`` (the variables' dtypes, as names). Shape inference cannot see
+    through a cast to a weight's shape: infer the new graph with the
+    variables' shapes and dtypes given (``variable_types``)."""
     cast = get_op("Cast")
     names = {n.name for n in graph.nodes}
     keep = set(labels) | set(graph.list_auxiliary_states())
@@ -47,8 +47,8 @@ def compute_in(graph: Graph, dtype: str, inferred, labels=()) -> Graph:
         dt = inferred.dtypes[graph.entry_id_of_node(node)]
         if dt == dtype or dt not in COMPUTE_DTYPES:
             return None  # already in it, or not a float (an index, a mask)
-        c = Node(cast, unique_name(f"{node.name}_{dtype}", names), {"dtype": dtype, CAST_ATTR: "1"},
-                 [Entry(node, 0)])
+        c = Node(cast, unique_name(f"{node.name}_{dtype}", names),
+                 {"dtype": dtype, CAST_ATTR: "1"}, [Entry(node, 0)])
         return [Entry(c, 0)]
 
     return graph.rewrite(through_cast)

@@ -25,21 +25,18 @@ from ..ops.registry import get_op
 from ..util import short_repr
 
 
+def is_label(name: str, label_names=None) -> bool:
+    """Whether input ``name`` is a label: one of ``label_names``, or by
+    default a name ending in 'label' (MXNet's convention)."""
+    return name.endswith("label") if label_names is None else name in label_names
+
+
 def default_wrt(graph: Graph, data_names=None, label_names=None) -> list:
     """The parameters: arguments other than the data and the labels
     (default: 'data' and names ending in 'label')."""
     data = {"data"} if data_names is None else set(data_names)
-    out = []
-    for name in graph.list_arguments():
-        if name in data:
-            continue
-        if label_names is None:
-            if name.endswith("label"):
-                continue
-        elif name in label_names:
-            continue
-        out.append(name)
-    return out
+    return [name for name in graph.list_arguments()
+            if name not in data and not is_label(name, label_names)]
 
 
 HEAD_GRAD_SUFFIX = "_head_grad"

@@ -217,6 +217,10 @@ def test_misspelled_dtypes_in_the_symbol_api():
     fails(lambda: a.infer_type(a="floatt32"), ShapeError, "unknown dtype 'floatt32'")
     fails(lambda: a.simple_bind(sg.cpu(), type_dict={"a": "flaot32"}, a=(2,)), ShapeError,
           "unknown dtype 'flaot32'")
+    # the pass the Symbol API sits on, called as it is (it raised NumPy's TypeError)
+    from symgraph.passes.infer import infer_shapes
+    fails(lambda: infer_shapes(a.graph(), {"a": (2,)}, {"a": "float31"}), ShapeError,
+          "unknown dtype 'float31'")
 
 
 def test_64_bit_dtypes_without_x64_are_refused_not_truncated():

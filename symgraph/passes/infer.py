@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import hint_name
+from ..dtypes import dtype_name, hint_name
 from ..errors import ShapeError
 from ..graph import Graph
 from ..ops.registry import same_type, shape_attr
@@ -158,7 +158,8 @@ def _run(graph: Graph, known: dict, kind: str):
         eid = graph.entry_id_of_node(n)
         if n.name in known and known[n.name] is not None:
             v = known[n.name]
-            table[eid] = v if kind == "shape" else np.dtype(v).name
+            # a dtype by any name JAX knows (bfloat16 too); ShapeError otherwise
+            table[eid] = v if kind == "shape" else dtype_name(v)
         elif kind == "shape":
             hint = _var_hint(n, "__shape__", shape_attr)
             if hint and all(d > 0 for d in hint):

@@ -162,8 +162,9 @@ def busy(message: str, stream=None, interval: float = 0.1):
 def tab_lines(path: str):
     """``(where, line, fields)`` for each non-blank line of a tab-separated
     file (an im2rec ``.lst``): ``where`` is ``path:line``, ``fields`` its
-    stripped fields."""
-    with open(path) as f:
+    stripped fields. UTF-8 whatever the locale (as MXNet's im2rec writes
+    it); UnicodeDecodeError for a file that is not."""
+    with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if line.strip():
                 yield f"{path}:{lineno}", line, [x.strip() for x in line.strip().split("\t")]

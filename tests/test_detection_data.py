@@ -267,6 +267,12 @@ def test_bad_lists_and_arguments(tmp_path):
     (tmp_path / "x.lst").write_text("0\t2\t5\tim0.png\n0\tim0.png\n")
     with pytest.raises(TrainError, match="x.lst:2: expected 'index<TAB>header_width"):
         dd.read_det_list(str(tmp_path / "x.lst"))
+    # not text, or not there: one line each, no traceback
+    (tmp_path / "bin.lst").write_bytes(b"\xff\xfe\x00\x81\n")
+    with pytest.raises(TrainError, match="bin.lst is not a detection list"):
+        dd.read_det_list(str(tmp_path / "bin.lst"))
+    with pytest.raises(TrainError, match="cannot read detection list .*missing.lst"):
+        dd.read_det_list(str(tmp_path / "missing.lst"))
     # a classification record is not a detection record
     w = rio.MXIndexedRecordIO(str(tmp_path / "c.idx"), str(tmp_path / "c.rec"), "w")
     w.write_idx(0, rio.pack(rio.IRHeader(0, 3.0, 0, 0), _png(np.zeros((8, 8, 3), np.uint8))))

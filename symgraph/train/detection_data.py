@@ -113,15 +113,20 @@ def read_det_list(path: str) -> list[tuple]:
     is not ``index<TAB>label<TAB>path`` with a valid detection label is a
     TrainError naming the file and line."""
     out = []
-    for where, line, fields in tab_lines(path):
-        try:
-            if len(fields) < 4:
-                raise ValueError
-            index, label = int(fields[0]), [float(x) for x in fields[1:-1]]
-        except ValueError:
-            raise TrainError(f"{where}: expected 'index<TAB>header_width<TAB>object_width"
-                             f"<TAB>objects...<TAB>path', got {line.rstrip()!r}") from None
-        out.append((index, fields[-1], parse_det_label(label, where)[1]))
+    try:
+        for where, line, fields in tab_lines(path):
+            try:
+                if len(fields) < 4:
+                    raise ValueError
+                index, label = int(fields[0]), [float(x) for x in fields[1:-1]]
+            except ValueError:
+                raise TrainError(f"{where}: expected 'index<TAB>header_width<TAB>object_width"
+                                 f"<TAB>objects...<TAB>path', got {line.rstrip()!r}") from None
+            out.append((index, fields[-1], parse_det_label(label, where)[1]))
+    except UnicodeDecodeError:
+        raise TrainError(f"{path} is not a detection list (not UTF-8 text)") from None
+    except OSError as err:
+        raise TrainError(f"cannot read detection list {path}: {err.strerror or err}") from None
     return out
 
 

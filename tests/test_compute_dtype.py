@@ -114,3 +114,21 @@ def test_aux_states_are_planned_in_the_compute_dtype_and_the_step_compiles():
     assert "bn_moving_mean" not in _casts(p)
     assert p.buckets["aux"] == 2 * 2 * 8
     assert xla.plan_memory(p, target="cpu")["program"]["compute_dtype"] == "bfloat16"
+
+
+def test_a_plan_in_a_compute_dtype_recomputes_no_cast_and_its_step_compiles():
+    """The casts are the Module's feeds, not nodes of its program: a plan
+    in bfloat16 that recomputes never recomputes one, and the step the
+    Module runs for it compiles."""
+    x = sg.sym.Variable("data")
+    for i in range(4):
+        x = sg.sym.Activation(sg.sym.FullyConnected(x, num_hidden=H, name=f"fc{i}"),
+                              act_type="relu", name=f"r{i}")
+    net = sg.sym.SoftmaxOutput(sg.sym.FullyConnected(x, num_hidden=OUT, name="out"),
+                               name="softmax")
+    shapes = {"data": (4096, IN)}
+    # the solver's least-memory set: it would take the casts, cheapest of all
+    p = sg.plan(net, shapes, train=True, compute_dtype="bfloat16", recompute="solver")
+    names = xla.plan_recompute(p)
+    assert names and not set(names) & {n.name for n in p.graph.nodes if CAST_ATTR in n.attrs}
+    assert xla.plan_memory(p, target="cpu")["program"]["recompute"] == len(names)

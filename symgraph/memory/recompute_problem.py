@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from ..graph import Graph
+from ..passes.cast import CAST_ATTR
 from ..passes.infer import Inferred
 from ..passes.recompute import RECOMPUTE_ATTR, forward_nodes, is_recompute, rewrite
 from .liveness import entry_nbytes
@@ -88,8 +89,9 @@ class Problem:
             base = full.entry_id_of_node(n)
             self.bytes[n.name] = sum(entry_nbytes(inf, base + i) for i in range(n.num_outputs))
             self.flops[n.name] = node_flops(full, inf, n)
-            # a forward output stays alive anyway; random ops would draw anew
-            if id(n) not in kept_out and not n.op.needs_rng:
+            # a forward output stays alive anyway; random ops would draw anew;
+            # a compute dtype's cast is the Module's feed, no node of its program
+            if id(n) not in kept_out and not n.op.needs_rng and CAST_ATTR not in n.attrs:
                 self.candidates.append(n)
         self.cand_names = {n.name for n in self.candidates}
         self.articulation = self._articulation()

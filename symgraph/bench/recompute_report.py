@@ -100,8 +100,9 @@ def _target_lines(res: dict) -> list:
     if res.get("compute_dtype", "float32") != "float32":
         out[0] += (f" Compute dtype {res['compute_dtype']}: the Module's mixed precision "
                    "(float32 weights and momentum, the step computed in "
-                   f"{res['compute_dtype']}), budgets from the plan a Module makes (weights "
-                   "and aux states in the compute dtype); the hand-written net wholly in "
+                   f"{res['compute_dtype']}), budgets from the plan a Module makes (float32 "
+                   "weights and data cast down inside, the casts planned, activations and "
+                   f"aux states in {res['compute_dtype']}); the hand-written net wholly in "
                    f"{res['compute_dtype']}.")
     return [out[0], ""]
 

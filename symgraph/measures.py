@@ -42,7 +42,8 @@ The measures (docs/memory.md, "Plan vs XLA", has the measured effect of each):
   on the CPU). Off the CPU through an optimization barrier; on the CPU,
   which drops those, as a conditional's branch, and only for values a
   convolution reads beside an elementwise op. The values pass bit for
-  bit. Inference only in the rules (``GPU_INFER``, ``CPU_POST_ACTIVATION_INFER``).
+  bit. Inference only in the rules (``GPU_INFER``,
+  ``CPU_POST_ACTIVATION_INFER``).
 - ``no_split_k``: XLA:GPU's gemms reduce their whole contraction in one
   pass (a compiler option; GPU only, ignored on the CPU): no split-K
   partial sums, which a gemm's default configuration -- what a deviceless
@@ -139,6 +140,7 @@ GPU_INFER = ("keep_shared",)
 GPU_GEMM_INFER = ("no_split_k",)
 NO_SPLIT_K_OPTIONS = {"xla_gpu_experimental_force_split_k": 1}
 GEMMS = ("FullyConnected", "batch_dot", "dot", "_linalg_gemm2")
+
 
 def recompute_measures(measures: tuple, backend: str | None = None) -> tuple:
     """The rule's measure set for a training program that recomputes: on the

@@ -51,7 +51,8 @@ from .hlo import (DUMP_OPTIONS, KINDS, MIB, ROLES, Breakdown, Buffer, memory_bre
                   parse_breakdown)
 from .steps import (DEFAULT_OPTIMIZER, INFER_CANDIDATES, INFER_STEP_ARGS, MEASURES,
                     TRAIN_CANDIDATES, TRAIN_STEP_ARGS, Step, XlaError, compute_dtype_of,
-                    inference_step, measures_label, plain_jax_step, plan_recompute, plan_step, training_step)
+                    inference_step, measures_label, plain_jax_step, plan_recompute,
+                    plan_step, training_step)
 
 __all__ = ["DEFAULT_OPTIMIZER", "DUMP_OPTIONS", "INFER_CANDIDATES", "INFER_STEP_ARGS", "KINDS",
            "MEASURES", "MIB", "ROLES", "TRAIN_CANDIDATES", "TRAIN_STEP_ARGS", "Breakdown",

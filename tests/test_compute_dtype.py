@@ -132,3 +132,11 @@ def test_a_plan_in_a_compute_dtype_recomputes_no_cast_and_its_step_compiles():
     names = xla.plan_recompute(p)
     assert names and not set(names) & {n.name for n in p.graph.nodes if CAST_ATTR in n.attrs}
     assert xla.plan_memory(p, target="cpu")["program"]["recompute"] == len(names)
+
+
+def test_float32_casts_nothing_as_in_the_module():
+    """A Module with compute_dtype float32 (or float64) casts nothing: the
+    plan is the net's own, and says nothing of a compute dtype."""
+    p = sg.plan(mlp(), {"data": (B, IN)}, train=True, compute_dtype="float32")
+    assert not _casts(p) and p.options["compute_dtype"] is None
+    assert "computing in" not in report_text(p) and "compute_dtype" not in p.to_json()

@@ -85,7 +85,9 @@ class PlanOptions:
                    group2ctx=group2ctx, budget=budget_bytes, optimizer=optimizer,
                    algorithm=algorithm,
                    explicit=None if explicit is None else tuple(explicit),
-                   compute_dtype=compute_dtype)
+                   # as the Module: float32 and float64 cast nothing
+                   compute_dtype=None if compute_dtype in ("float32", "float64")
+                   else compute_dtype)
 
     @property
     def recomputes(self) -> bool:

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from .errors import BindError, SymgraphError
 from .graph import Entry, Graph, Node, entry_key  # noqa: F401 (entry_key: re-exported)
 from .ops.backward import never
+from .ops.conv import CONVOLUTIONS
 from .passes.recompute import RECOMPUTE_ATTR
 
 
@@ -457,7 +458,6 @@ def shared_entries(graph: Graph, tie: str = "barrier") -> frozenset:
     ``KEEP_SHARED_READERS`` or more nodes read (a graph output is no
     reader: its buffer is the program's); for 'branch', of those, the ones
     a convolution and an elementwise op both read."""
-    from .measures import CONVOLUTIONS
     if tie not in KEEP_SHARED_TIES:
         raise SymgraphError(f"keep_shared={tie!r}; use one of "
                             f"{', '.join(map(repr, KEEP_SHARED_TIES))}")

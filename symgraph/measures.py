@@ -57,6 +57,7 @@ import jax
 
 from .errors import SymgraphError
 from .graph import Graph
+from .ops.conv import CONVOLUTIONS
 
 MEASURES = ("scheduler", "anchor", "anchor_weights", "channels_last", "single_op",
             "split_wgrad", "wgrad_first", "keep_shared", "no_split_k")
@@ -105,7 +106,6 @@ DEEP_RESIDUAL_ADDS = 24
 # ops that add their inputs: where two activations meet, a residual shortcut
 ADD_OPS = ("elemwise_add", "_Plus", "_plus", "_add", "ElementWiseSum", "add_n",
            "broadcast_add", "broadcast_plus")
-CONVOLUTIONS = ("Convolution", "Deconvolution")
 
 # A program that recomputes ties each backward node to its incoming
 # gradient too: without it XLA computes backward work from the saved and
@@ -173,7 +173,7 @@ class MeasureError(SymgraphError):
 
 
 def _has_conv2d(graph: Graph) -> bool:
-    return any(n.op is not None and n.op.name in ("Convolution", "Deconvolution") and
+    return any(n.op is not None and n.op.name in CONVOLUTIONS and
                len(n.params.kernel) == 2 for n in graph.nodes)
 
 

@@ -19,6 +19,8 @@ from .dense import _weighted_backward_flops
 from .registry import (Attr, OpDef, Sample, bool_attr, float_attr, numel, positive_int_attr,
                        register, shape_attr)
 
+# the ops this module defines that convolve (what memory rules ask of a graph)
+CONVOLUTIONS = ("Convolution", "Deconvolution")
 
 # --------------------------------------------------------------------------
 # shared geometry of Convolution, Deconvolution and Pooling: channel-first

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import targets
+from ..ops.conv import CONVOLUTIONS
 from .steps import Step, XlaError, plan_step
 
 
@@ -82,7 +83,7 @@ def with_fit(figures: dict, target, graph) -> dict:
 
 def has_convolution(graph) -> bool:
     """Whether a graph runs a convolution (a cuDNN call with a workspace on a GPU)."""
-    return any(n.op is not None and n.op.name in ("Convolution", "Deconvolution")
+    return any(n.op is not None and n.op.name in CONVOLUTIONS
                for n in graph.nodes)
 
 

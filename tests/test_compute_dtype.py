@@ -140,3 +140,21 @@ def test_float32_casts_nothing_as_in_the_module():
     p = sg.plan(mlp(), {"data": (B, IN)}, train=True, compute_dtype="float32")
     assert not _casts(p) and p.options["compute_dtype"] is None
     assert "computing in" not in report_text(p) and "compute_dtype" not in p.to_json()
+
+
+def test_max_batch_in_a_compute_dtype_on_the_h100(tmp_path, capsys):
+    """max-batch --compute-dtype bfloat16 plans and compiles each batch as
+    a bfloat16 Module runs it: on the H100 description (deviceless) the
+    2-byte activations fit more of a batch than float32 does."""
+    from symgraph.cli import main
+    from symgraph.serialize import save
+    path = str(tmp_path / "mlp.json")
+    save(mlp().graph(), path)
+    batches = {}
+    for dtype in ("float32", "bfloat16"):
+        assert main(["max-batch", path, "--shape", "data=1,64", "--train", "--budget", "8MiB",
+                     "--target", "h100", "--compute-dtype", dtype]) == 0
+        out = capsys.readouterr().out
+        batches[dtype] = int(out.split()[2])
+        assert ("computing in bfloat16" in out) == (dtype == "bfloat16")
+    assert batches["bfloat16"] > batches["float32"], batches

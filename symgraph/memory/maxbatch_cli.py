@@ -1,7 +1,8 @@
 """The largest batch of a network that fits a memory budget.
 
     symgraph max-batch NET.json --shape data=1,3,224,224 --budget 16GiB [--train] [--target h100]
-                       [--optimizer NAME] [--no-recompute] [--no-xla] [--json]
+                       [--optimizer NAME] [--compute-dtype DTYPE] [--no-recompute]
+                       [--no-xla] [--json]
 
 The batch is set on the first axis of every input --shape gives (any batch
 will do). The search plans the net at batches 1, 2, 4, ... until the plan's
@@ -17,7 +18,9 @@ skips the compiles: the plans' answer). With a GPU --target (h100, a100,
 a100-40gb, l4, a description file, gpu) the program is compiled for that
 device (deviceless for a description) and the budget defaults to the
 device's memory JAX's allocator takes less a convolution workspace
-allowance. In a terminal a progress bar
+allowance. --compute-dtype bfloat16 (or float16) plans and compiles each
+batch as a Module with that compute_dtype runs it (float32 weights, the
+step in the low dtype). In a terminal a progress bar
 on stderr shows the search. --json prints {"batch": N, "total": bytes, "recompute": [...],
 "xla": bytes or null, "budget": bytes, "plan_batch": N, "train": bool,
 "notes": [...], "target": {...}}.
@@ -51,6 +54,11 @@ def add_arguments(parser) -> None:
                              "inference")
     parser.add_argument("--optimizer", default=None, metavar="NAME",
                         help="count this optimizer's state too (sgd, momentum, adam, ...)")
+    parser.add_argument("--compute-dtype", default=None,
+                        choices=("float32", "bfloat16", "float16"),
+                        help="plan and compile each batch as a Module with this "
+                             "compute_dtype runs it: float32 weights cast down inside "
+                             "(default: the net's own dtypes)")
     parser.add_argument("--no-recompute", action="store_true",
                         help="plan without recomputing forward tensors in the backward")
     parser.add_argument("--no-xla", action="store_true",
@@ -83,11 +91,14 @@ def run(args) -> int:
     _optimizer(args.optimizer)
     net = load_net(args.net)
     r = max_batch(net, shapes, budget, train=args.train, optimizer=args.optimizer,
-                  recompute=not args.no_recompute, xla=not args.no_xla, target=target)
+                  recompute=not args.no_recompute, xla=not args.no_xla, target=target,
+                  compute_dtype=args.compute_dtype)
     if args.json:
         print(json.dumps(r.to_json()))
         return 0
     mode = "training" if r.train else "inference"
+    if args.compute_dtype not in (None, "float32"):
+        mode += f", computing in {args.compute_dtype}"
     print(f"max batch: {r.batch}  ({mode}, budget {r.budget:,} bytes = "
           f"{r.budget / MIB:,.1f} MiB; {r.plans} plans)")
     print(f"  target: {target.describe()}")

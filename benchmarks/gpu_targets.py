@@ -4,7 +4,9 @@
 
     python benchmarks/gpu_targets.py [--target h100] [--nets vgg16,inception-bn,...]
                                      [--batch 64] [--dtypes float32,bfloat16]
-                                     [--max-batch resnet-50] [--out DIR]
+                                     [--max-batch resnet-50] [--max-batch-targets h100,l4]
+                                     [--max-batch-dtypes float32,bfloat16]
+                                     [--max-batch-recompute no,yes] [--out DIR]
 
 For each zoo net and compute dtype: the arena plan (``sg.plan(...,
 compute_dtype=)``: in bfloat16 the net as a Module computing in bfloat16
@@ -15,9 +17,10 @@ inference program, both for ``--target`` with the measure rule of its
 backend (``xla.plan_memory(plan, target=...)``). Compile only: nothing
 runs, no GPU is needed (the ``gpu-plan`` extra). ``--max-batch`` nets get
 ``sg.max_batch(..., target=)`` answers for each target named in
-``--max-batch-targets`` (default: h100 and l4), with the budget defaulting
-to the device's memory as JAX's allocator takes it, less the workspace
-allowance.
+``--max-batch-targets`` (default: h100 and l4), compute dtype in
+``--max-batch-dtypes`` and with or without budgeted recompute
+(``--max-batch-recompute``), with the budget defaulting to the device's
+memory as JAX's allocator takes it, less the workspace allowance.
 
 Writes results.json and results.md to ``--out`` (default
 ``bench-results/gpu_targets``; pass ``benchmarks/results/gpu_targets`` to
@@ -55,14 +58,15 @@ def row(name: str, batch: int, dtype: str, target: str) -> dict:
     return out
 
 
-def max_batch_row(name: str, target: str, recompute: bool) -> dict:
+def max_batch_row(name: str, target: str, recompute: bool, dtype: str = "float32") -> dict:
     import symgraph as sg
     from symgraph.models import data_shapes, get_model
     r = sg.max_batch(get_model(name), data_shapes(name, 1), train=True, optimizer="momentum",
-                     target=target, recompute=recompute, progress=False)
-    print(f"max-batch {name} on {target} (recompute {recompute}): {r.batch} (XLA "
+                     target=target, recompute=recompute, progress=False, compute_dtype=dtype)
+    print(f"max-batch {name} {dtype} on {target} (recompute {recompute}): {r.batch} (XLA "
           f"{r.xla / MIB:,.0f} MiB of {r.budget / MIB:,.0f})", flush=True)
-    return {"net": name, **r.to_json(), "target": target, "with_recompute": recompute}
+    return {"net": name, **r.to_json(), "target": target, "with_recompute": recompute,
+            "dtype": dtype}
 
 
 def markdown(res: dict) -> str:
@@ -77,14 +81,14 @@ def markdown(res: dict) -> str:
                      f"{t['temp'] / MIB:,.0f} | {t['ratio']:.2f} | {i['arena'] / MIB:,.0f} | "
                      f"{i['temp'] / MIB:,.0f} | {i['ratio']:.2f} |")
     if res["max_batch"]:
-        lines += ["", "Max batch of training (SGD momentum), float32, the budget the "
+        lines += ["", "Max batch of training (SGD momentum), the budget the "
                   "device's pool less the convolution workspace allowance; each answer's "
                   "program compiled deviceless for the target fits, the next batch's does "
                   "not (max_batch's search).", "",
-                  "| net | target | recompute | max batch | XLA MiB | budget MiB |",
-                  "|---|---|---|--:|--:|--:|"]
+                  "| net | dtype | target | recompute | max batch | XLA MiB | budget MiB |",
+                  "|---|---|---|---|--:|--:|--:|"]
         for r in res["max_batch"]:
-            lines.append(f"| {r['net']} | {r['target']} | "
+            lines.append(f"| {r['net']} | {r.get('dtype', 'float32')} | {r['target']} | "
                          f"{'budgeted' if r['with_recompute'] else 'none'} | {r['batch']} | "
                          f"{r['xla'] / MIB:,.0f} | {r['budget'] / MIB:,.0f} |")
     return "\n".join(lines) + "\n"
@@ -98,6 +102,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="float32")
     ap.add_argument("--max-batch", default="", metavar="NETS")
     ap.add_argument("--max-batch-targets", default="h100,l4")
+    ap.add_argument("--max-batch-dtypes", default="float32")
+    ap.add_argument("--max-batch-recompute", default="no,yes",
+                    help="with and/or without budgeted recompute: no, yes or no,yes")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     from symgraph.bench.common import default_out, write_results
@@ -110,10 +117,11 @@ def main(argv=None) -> int:
             res["rows"].append(row(name, args.batch, dtype, args.target))
             write_results(out, res, markdown(res))  # kept as it goes: long runs
     for name in filter(None, args.max_batch.split(",")):
-        for t in args.max_batch_targets.split(","):
-            for recompute in (False, True):
-                res["max_batch"].append(max_batch_row(name, t, recompute))
-            write_results(out, res, markdown(res))
+        for dtype in args.max_batch_dtypes.split(","):
+            for t in args.max_batch_targets.split(","):
+                for recompute in args.max_batch_recompute.split(","):
+                    res["max_batch"].append(max_batch_row(name, t, recompute == "yes", dtype))
+                write_results(out, res, markdown(res))
     write_results(out, res, markdown(res))
     print(f"wrote {out}/results.md")
     return 0

@@ -358,10 +358,10 @@ def _tie(x, s):
 
 
 # How a recompute clone's inputs are tied to the backward: 'add' (``_tie``,
-# as tie_to_first; it was ``x + g[0]*0`` when measured), 'barrier' (jax.lax.optimization_barrier over
-# the gradient and the inputs) or None (not tied; XLA then merges the clone
-# with its original). Measured on XLA:CPU (benchmarks/recompute_program.py,
-# docs/memory.md): untied, the recompute is undone (temp as without it);
+# as tie_to_first; it was ``x + g[0]*0`` when measured), 'barrier'
+# (jax.lax.optimization_barrier over the gradient and the inputs) or None
+# (not tied; XLA then merges the clone with its original). Measured on
+# XLA:CPU (benchmarks/recompute_program.py, docs/memory.md): untied, the recompute is undone (temp as without it);
 # 'add' keeps it; 'barrier' kept it as well or worse (a 16-layer MLP: 42
 # against 26 MiB). Module-level so the benchmark can compare them.
 CLONE_TIE = "add"
@@ -483,7 +483,9 @@ def _kept(values: list, tie: str) -> list:
     """``values`` computed once, each into a buffer of its own (``tie``)."""
     if tie == "barrier":
         return list(jax.lax.optimization_barrier(values))
-    return [jax.lax.cond(never(v), jnp.zeros_like, lambda x: x, v) for v in values]
+    flags = [_anchor_flag(v) for v in values]  # None: an empty or integer value, left as is
+    return [v if s is None else jax.lax.cond(s, jnp.zeros_like, lambda x: x, v)
+            for v, s in zip(values, flags)]
 
 
 # lower(..., anchor=...): 'backward' ties every backward node to its incoming

@@ -363,7 +363,8 @@ def _tie(x, s):
 # (not tied; XLA then merges the clone with its original). Measured on
 # XLA:CPU (benchmarks/recompute_program.py, docs/memory.md): untied, the
 # recompute is undone (temp as without it); 'add' keeps it; 'barrier'
-# kept it as well or worse (a 16-layer MLP: 42 against 26 MiB). Module-level so the benchmark can compare them.
+# kept it as well or worse (a 16-layer MLP: 42 against 26 MiB).
+# Module-level so the benchmark can compare them.
 CLONE_TIE = "add"
 
 
